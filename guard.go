@@ -1,0 +1,657 @@
+package airlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Status is what a caller is told about its call.
+type Status string
+
+// Answer statuses.
+const (
+	StatusSucceeded  Status = "succeeded"
+	StatusFailed     Status = "failed"
+	StatusInProgress Status = "in_progress"
+	StatusInDoubt    Status = "in_doubt"
+)
+
+// Messages written for a model: each says plainly not to redo the work.
+const (
+	MessageInProgress = "This work is already under way from an earlier identical call. It must not be redone. Call again later with the same arguments to get its result."
+	MessageInDoubt    = "This work may or may not have happened; a check is under way. Do not retry it and do not try another way to do it; a person or a reconciliation will settle it."
+	MessageNotSent    = "Nothing was done: the service could not be reached. It is safe to retry later."
+)
+
+// Answer is what a guarded call returns. A repeat is never an error.
+type Answer struct {
+	Status   Status          `json:"status"`
+	Repeat   bool            `json:"repeat"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Conflict *Conflict       `json:"conflict,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	// Key is the derived key; it is for operators and logs, never for the model.
+	Key string `json:"-"`
+}
+
+// Conflict says that a repeat carried other arguments than the first call.
+type Conflict struct {
+	Fields  []string `json:"fields"`
+	Message string   `json:"message"`
+}
+
+// OutcomeKind is what a side effect reports about itself.
+type OutcomeKind int
+
+// Outcome kinds.
+const (
+	OutcomeSucceeded OutcomeKind = iota + 1 // it happened; Result is the result
+	OutcomeFailed                           // it definitively did not happen (a 4xx); Result says why
+	OutcomeUnknown                          // it may have happened (timeout, reset after send, 5xx)
+	OutcomeNotSent                          // the request never left (connection refused)
+)
+
+// Outcome is a side effect's report.
+type Outcome struct {
+	Kind   OutcomeKind
+	Result json.RawMessage
+	Err    error // for Unknown and NotSent: what went wrong, for the record's note
+}
+
+// SideEffect performs the work. It receives the derived key to pass
+// downstream (an Idempotency-Key header, MCP _meta). Its context is not
+// the caller's: it ends at the tool's timeout, not when the caller gives up.
+type SideEffect func(ctx context.Context, key string) Outcome
+
+// Call is one guarded call.
+type Call struct {
+	Tool     *Tool
+	Calendar *Calendar // for business_day windows
+	Args     json.RawMessage
+	RunID    string
+}
+
+// Redriver returns the side effect of a record whose lease expired, when
+// its upstream honours keys and the call may be re-driven with the same
+// key; ok false sends the record to in_doubt instead.
+type Redriver func(rec *Record) (tool *Tool, fn SideEffect, ok bool)
+
+// GuardConfig configures a Guard. A nil *GuardConfig means all defaults.
+type GuardConfig struct {
+	// Clock tells the time. Default: the system clock.
+	Clock Clock
+	// Lease is how long a claim holds without a heartbeat. Default 30s;
+	// heartbeats come every Lease/3.
+	Lease time.Duration
+	// CacheSize bounds the in-process cache of completed records that
+	// serves repeats without a database read. Default 10000; negative disables.
+	CacheSize int
+	// Retention is how long records are kept after their window ends (run
+	// windows: after the call). Default 7 days. Forever windows are kept.
+	Retention time.Duration
+	// UnknownRetries is how many times an outcome-unknown call is re-driven
+	// with the same key when the upstream honours keys. Default 3.
+	UnknownRetries int
+	// RetryBackoff is the first wait before a re-drive, doubling. Default 200ms.
+	RetryBackoff time.Duration
+	// Redrive lets the reaper re-drive expired records. Default: none (expired
+	// records go to in_doubt).
+	Redrive Redriver
+	// Logger. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Guard runs side effects at most once per key.
+type Guard struct {
+	store   Store
+	clock   Clock
+	lease   time.Duration
+	retain  time.Duration
+	retries int
+	backoff time.Duration
+	redrive Redriver
+	log     *slog.Logger
+	cache   *recordCache
+	hub     *hub
+	unsub   func()
+
+	ownerPrefix string
+	seq         atomic.Uint64
+	inflight    sync.WaitGroup
+}
+
+// NewGuard makes a guard over a store.
+func NewGuard(store Store, cfg *GuardConfig) *Guard {
+	if cfg == nil {
+		cfg = &GuardConfig{}
+	}
+	g := &Guard{
+		store:   store,
+		clock:   cfg.Clock,
+		lease:   cfg.Lease,
+		retain:  cfg.Retention,
+		retries: cfg.UnknownRetries,
+		backoff: cfg.RetryBackoff,
+		redrive: cfg.Redrive,
+		log:     cfg.Logger,
+		hub:     newHub(),
+	}
+	if g.clock == nil {
+		g.clock = SystemClock{}
+	}
+	if g.lease <= 0 {
+		g.lease = 30 * time.Second
+	}
+	if g.retain <= 0 {
+		g.retain = 7 * 24 * time.Hour
+	}
+	if g.retries == 0 {
+		g.retries = 3
+	}
+	if g.retries < 0 {
+		g.retries = 0
+	}
+	if g.backoff <= 0 {
+		g.backoff = 200 * time.Millisecond
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	size := cfg.CacheSize
+	if size == 0 {
+		size = 10000
+	}
+	if size > 0 {
+		g.cache = newRecordCache(size)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	g.ownerPrefix = hex.EncodeToString(b[:])
+	g.unsub = store.Subscribe(g.hub.notify)
+	return g
+}
+
+// Close stops listening for completions and waits for the side effects
+// this guard started to finish and be recorded.
+func (g *Guard) Close() {
+	g.inflight.Wait()
+	g.unsub()
+}
+
+// Wait waits for the side effects this guard started to finish.
+func (g *Guard) Wait() { g.inflight.Wait() }
+
+// Derive derives the key of a call without running anything.
+func (g *Guard) Derive(c *Call) (*Derivation, map[string]any, error) {
+	if c.Tool == nil {
+		return nil, nil, Errorf(CodeUnknownTool, "no tool given")
+	}
+	if !c.Tool.Kind.SideEffecting() {
+		return nil, nil, Errorf(CodeNotCallable, "tool %s is a read tool; it has no key and is not guarded", c.Tool.Name)
+	}
+	args, err := ParseArgs(c.Args)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := DeriveKey(KeyInput{Tool: c.Tool, Calendar: c.Calendar, Args: args, At: g.clock.Now(), RunID: c.RunID})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, args, nil
+}
+
+// Do runs fn at most once for the call's key and answers as DESIGN §2.2
+// says: a first call gets its result; a repeat gets the first result with
+// Repeat set; a running first call is waited for up to the tool's
+// repeat_wait; an in-doubt record gets an in_doubt answer. Errors are for
+// bad input (nothing ran), an unreachable store (nothing ran), a request
+// that was never sent (nothing was done) and a rejected mismatch.
+func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error) {
+	start := g.clock.Now()
+	d, args, err := g.Derive(c)
+	if err != nil {
+		return nil, err
+	}
+	canon := CanonicalArgs(args)
+	hash := ArgsHash(canon)
+	deadline := time.Time{}
+	if rw := c.Tool.RespondWithinOr(); rw > 0 {
+		deadline = time.Now().Add(rw)
+	}
+
+	// Just after a window boundary, a repeat from the same run belongs to
+	// the previous window's record.
+	if d.Previous != "" && c.RunID != "" {
+		prev, err := g.get(ctx, d.Previous)
+		switch {
+		case err == nil && prev.RunID == c.RunID:
+			if a, err := g.answerExisting(ctx, c.Tool, prev, args, hash, deadline); !errors.Is(err, errReleased) {
+				return a, err
+			}
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+	}
+	if rec := g.cache.get(d.Key); rec != nil {
+		return g.answerExisting(ctx, c.Tool, rec, args, hash, deadline)
+	}
+
+	claim := &Claim{
+		Key: d.Key, Tool: c.Tool.Name, RunID: c.RunID, WindowID: d.Parts.WindowID,
+		Args: canon, ArgsHash: hash, Owner: g.newOwner(), Now: start,
+		LeaseUntil: start.Add(g.lease), ExpiresAt: g.expiresAt(d, start),
+	}
+	var rec *Record
+	for attempt := 0; ; attempt++ {
+		var claimed bool
+		rec, claimed, err = g.store.Claim(ctx, claim)
+		if err != nil {
+			return nil, storeErr("claim", err)
+		}
+		if claimed {
+			break
+		}
+		a, err := g.answerExisting(ctx, c.Tool, rec, args, hash, deadline)
+		// The first call released its claim (its request was never sent):
+		// this call may do the work.
+		if errors.Is(err, errReleased) && attempt < 3 {
+			continue
+		}
+		if errors.Is(err, errReleased) {
+			return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: d.Key}, nil
+		}
+		return a, err
+	}
+
+	done := make(chan result, 1)
+	g.inflight.Add(1)
+	go func() {
+		defer g.inflight.Done()
+		done <- g.execute(context.WithoutCancel(ctx), c.Tool, rec, fn)
+	}()
+	var timer <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, r.err
+		}
+		r.answer.Key = d.Key
+		return r.answer, nil
+	case <-timer:
+	case <-ctx.Done():
+	}
+	// The caller stops waiting; the side effect goes on and is recorded.
+	return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: d.Key}, nil
+}
+
+type result struct {
+	answer *Answer
+	err    error
+}
+
+// execute runs the side effect of a claimed record to its end, heartbeating
+// the lease, and records the outcome.
+func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEffect) result {
+	stopBeat := g.heartbeat(rec.Key, rec.Owner)
+	defer stopBeat()
+
+	var out Outcome
+	sentOnce := false
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
+		out = g.run(actx, fn, rec.Key)
+		cancel()
+		if out.Kind == OutcomeNotSent && sentOnce {
+			// An earlier attempt may have happened; this one did not even
+			// leave, which tells us nothing more.
+			out.Kind = OutcomeUnknown
+		}
+		if out.Kind != OutcomeUnknown {
+			break
+		}
+		sentOnce = true
+		if !tool.HonorsKey || attempt >= g.retries {
+			break
+		}
+		select {
+		case <-time.After(g.backoff << attempt):
+		case <-ctx.Done():
+		}
+	}
+
+	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: out.Result}
+	switch out.Kind {
+	case OutcomeNotSent:
+		if err := g.retryStore(ctx, func(ctx context.Context) error { return g.store.Release(ctx, rec.Key, rec.Owner) }); err != nil {
+			g.log.Error("airlock: releasing a claim whose request was never sent", "key", rec.Key, "err", err)
+		}
+		g.hub.notify(rec.Key)
+		msg := MessageNotSent
+		if out.Err != nil {
+			msg += " (" + out.Err.Error() + ")"
+		}
+		return result{err: &Error{Code: CodeNotSent, Message: msg, Err: out.Err}}
+	case OutcomeSucceeded:
+		comp.State = StateSucceeded
+	case OutcomeFailed:
+		comp.State = StateFailed
+	default:
+		comp.State = StateInDoubt
+		comp.Note = "outcome unknown"
+		if out.Err != nil {
+			comp.Note += ": " + out.Err.Error()
+		}
+	}
+	err := g.retryStore(ctx, func(ctx context.Context) error {
+		comp.Now = g.clock.Now()
+		return g.store.Complete(ctx, comp)
+	})
+	g.hub.notify(rec.Key)
+	if err != nil {
+		// The side effect ran but its outcome could not be recorded: the
+		// record stays running until its lease ends and the reaper marks it
+		// in doubt. The caller must not redo the work.
+		g.log.Error("airlock: recording an outcome failed", "key", rec.Key, "state", comp.State, "err", err)
+		return result{answer: &Answer{Status: StatusInDoubt, Message: MessageInDoubt}}
+	}
+	final := *rec
+	final.State, final.Result, final.Note, final.Owner = comp.State, comp.Result, comp.Note, ""
+	if final.State.Final() {
+		g.cache.put(&final)
+	}
+	return result{answer: answerFor(&final, false)}
+}
+
+// run calls fn, turning a panic into an unknown outcome: a side effect that
+// crashed may have happened.
+func (g *Guard) run(ctx context.Context, fn SideEffect, key string) (out Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = Outcome{Kind: OutcomeUnknown, Err: fmt.Errorf("side effect panicked: %v", r)}
+		}
+	}()
+	out = fn(ctx, key)
+	switch out.Kind {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeUnknown, OutcomeNotSent:
+	default:
+		out = Outcome{Kind: OutcomeUnknown, Err: fmt.Errorf("side effect reported no outcome")}
+	}
+	return out
+}
+
+// retryStore retries a store write for up to one lease: the side effect has
+// happened and its outcome must be recorded if at all possible.
+func (g *Guard) retryStore(ctx context.Context, f func(context.Context) error) error {
+	deadline := time.Now().Add(g.lease)
+	wait := 20 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || errors.Is(err, ErrLeaseLost) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(wait*2, time.Second)
+	}
+}
+
+func (g *Guard) heartbeat(key, owner string) (stop func()) {
+	every := g.lease / 3
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), every)
+				err := g.store.Heartbeat(ctx, key, owner, g.clock.Now().Add(g.lease))
+				cancel()
+				if errors.Is(err, ErrLeaseLost) {
+					g.log.Warn("airlock: lease lost while the side effect runs", "key", key)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// answerExisting answers a call whose key already has a record.
+func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, args map[string]any, hash string, deadline time.Time) (*Answer, error) {
+	var conflict *Conflict
+	if rec.ArgsHash != hash {
+		first, _ := ParseArgs(rec.Args)
+		fields := DiffArgs(first, args)
+		if tool.OnMismatch == MismatchReject {
+			e := &Error{Code: CodeArgumentsMismatch, Message: fmt.Sprintf(
+				"this work was already requested with other arguments (differing: %s); the first request stands and this one was refused; nothing was executed",
+				strings.Join(fields, ", "))}
+			if len(fields) > 0 {
+				e.Field = fields[0]
+			}
+			return nil, e
+		}
+		conflict = &Conflict{Fields: fields, Message: fmt.Sprintf(
+			"this work was already requested with other values for %s; the first request's outcome is returned and this one was not executed",
+			strings.Join(fields, ", "))}
+	}
+	if rec.State == StateRunning {
+		var err error
+		rec, err = g.waitFinal(ctx, rec.Key, tool.RepeatWaitOr(), deadline)
+		if err != nil {
+			return nil, err
+		}
+	}
+	a := answerFor(rec, true)
+	a.Conflict = conflict
+	return a, nil
+}
+
+func answerFor(rec *Record, repeat bool) *Answer {
+	a := &Answer{Repeat: repeat, Key: rec.Key}
+	switch rec.State {
+	case StateSucceeded:
+		a.Status, a.Result = StatusSucceeded, rec.Result
+	case StateFailed:
+		a.Status, a.Result = StatusFailed, rec.Result
+	case StateInDoubt:
+		a.Status, a.Message = StatusInDoubt, MessageInDoubt
+	default:
+		a.Status, a.Message = StatusInProgress, MessageInProgress
+	}
+	return a
+}
+
+// errReleased says a running record was removed while a repeat waited for
+// it: its request was never sent, and the key is free again.
+var errReleased = errors.New("airlock: the first call was released")
+
+// waitFinal waits up to wait (and not past deadline, when set) for a
+// running record to leave running. It returns the record as it then is; a
+// record released meanwhile (never sent) reads as in progress.
+func (g *Guard) waitFinal(ctx context.Context, key string, wait time.Duration, deadline time.Time) (*Record, error) {
+	ch, cancel := g.hub.wait(key)
+	defer cancel()
+	end := time.Now().Add(wait)
+	if !deadline.IsZero() && deadline.Before(end) {
+		end = deadline
+	}
+	poll := time.NewTicker(g.store.PollInterval())
+	defer poll.Stop()
+	timeout := time.NewTimer(time.Until(end))
+	defer timeout.Stop()
+	for {
+		rec, err := g.get(ctx, key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil, errReleased
+		case err != nil:
+			return nil, err
+		case rec.State != StateRunning:
+			return rec, nil
+		}
+		select {
+		case <-ch:
+			ch, cancel = g.rearm(key, cancel)
+		case <-poll.C:
+		case <-timeout.C:
+			return rec, nil
+		case <-ctx.Done():
+			return rec, nil
+		}
+	}
+}
+
+func (g *Guard) rearm(key string, cancel func()) (<-chan struct{}, func()) {
+	cancel()
+	return g.hub.wait(key)
+}
+
+func (g *Guard) get(ctx context.Context, key string) (*Record, error) {
+	if rec := g.cache.get(key); rec != nil {
+		return rec, nil
+	}
+	rec, err := g.store.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, storeErr("read", err)
+	}
+	if rec.State.Final() {
+		g.cache.put(rec)
+	}
+	return rec, nil
+}
+
+func (g *Guard) newOwner() string {
+	return fmt.Sprintf("%s-%d", g.ownerPrefix, g.seq.Add(1))
+}
+
+func (g *Guard) expiresAt(d *Derivation, now time.Time) time.Time {
+	switch {
+	case !d.Parts.WindowEnd.IsZero():
+		return d.Parts.WindowEnd.Add(g.retain)
+	case strings.HasPrefix(d.Parts.WindowID, "run:"):
+		return now.Add(g.retain)
+	default:
+		return time.Time{} // forever
+	}
+}
+
+func storeErr(op string, err error) error {
+	var e *Error
+	if errors.As(err, &e) && e.Code != CodeInternal {
+		return err
+	}
+	return &Error{Code: CodeStoreUnavailable, Message: "the store could not " + op + " the record, so nothing was executed; retry later", Err: err}
+}
+
+// Get returns a record by key (for operators: the API, the CLI).
+func (g *Guard) Get(ctx context.Context, key string) (*Record, error) {
+	return g.store.Get(ctx, key)
+}
+
+// Settle decides an in_doubt record. Happened: it becomes succeeded with
+// the result, and repeats get that result. Not happened: the record is
+// removed and the next call runs the work.
+func (g *Guard) Settle(ctx context.Context, key string, happened bool, result json.RawMessage, note string) (*Record, error) {
+	if happened && len(result) > 0 && !json.Valid(result) {
+		return nil, FieldErrorf(CodeInvalidArgument, "result", "the result must be valid JSON")
+	}
+	rec, err := g.store.Settle(ctx, &Settlement{Key: key, Happened: happened, Result: result, Note: note, Now: g.clock.Now()})
+	if err != nil {
+		return nil, err
+	}
+	g.hub.notify(key)
+	return rec, nil
+}
+
+// ReapStats counts what one reaper pass did.
+type ReapStats struct {
+	InDoubt  int // expired records moved to in_doubt
+	Redriven int // expired records re-driven with the same key
+	Purged   int // records past retention removed
+}
+
+// Reap moves records whose lease expired (their process died) to in_doubt,
+// or re-drives them when the upstream honours keys, and purges records past
+// retention. Every change is conditional, so all replicas may reap at once.
+func (g *Guard) Reap(ctx context.Context) (ReapStats, error) {
+	var st ReapStats
+	now := g.clock.Now()
+	recs, err := g.store.ExpiredLeases(ctx, now, 100)
+	if err != nil {
+		return st, err
+	}
+	for _, rec := range recs {
+		if g.redrive != nil {
+			if tool, fn, ok := g.redrive(rec); ok && tool.HonorsKey {
+				owner := g.newOwner()
+				taken, ok, err := g.store.TakeOver(ctx, rec.Key, owner, now, now.Add(g.lease))
+				if err != nil {
+					return st, err
+				}
+				if ok {
+					st.Redriven++
+					g.inflight.Add(1)
+					go func() {
+						defer g.inflight.Done()
+						g.execute(context.Background(), tool, taken, fn)
+					}()
+				}
+				continue
+			}
+		}
+		ok, err := g.store.ExpireLease(ctx, rec.Key, now, "lease expired: the process running the call stopped before recording its outcome")
+		if err != nil {
+			return st, err
+		}
+		if ok {
+			st.InDoubt++
+			g.hub.notify(rec.Key)
+		}
+	}
+	for {
+		n, err := g.store.Purge(ctx, now, 1000)
+		st.Purged += n
+		if err != nil || n < 1000 {
+			return st, err
+		}
+	}
+}
+
+// RunReaper reaps every interval until ctx ends.
+func (g *Guard) RunReaper(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := g.Reap(ctx); err != nil && ctx.Err() == nil {
+				g.log.Warn("airlock: reaper pass failed", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package airlock
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// KeyVersion is the first element of the canonical form. It changes only if
+// the derivation changes, so that old and new keys can never collide.
+const KeyVersion = "airlock.key/v1"
+
+// KeyInput is everything a key is derived from.
+type KeyInput struct {
+	Tool     *Tool
+	Calendar *Calendar      // for business_day windows; nil means UTC, no cutoff, no holidays
+	Args     map[string]any // decoded with ParseArgs
+	At       time.Time      // the time of the call
+	RunID    string         // required for the run window
+}
+
+// KeyPart is one natural-key field as it went into the key.
+type KeyPart struct {
+	Field string `json:"field"`
+	Input string `json:"input"` // the value as the caller sent it (as text)
+	Value string `json:"value"` // after the normalizers
+}
+
+// KeyParts are the parts of a key, for `airlock key` and for people asking
+// why two calls did or did not collide.
+type KeyParts struct {
+	Tool        string    `json:"tool"`
+	Fields      []KeyPart `json:"fields"`
+	Window      string    `json:"window"`       // the window kind, e.g. business_day
+	WindowID    string    `json:"window_id"`    // e.g. business_day:2026-09-21
+	WindowStart time.Time `json:"window_start"` // zero for run and forever
+	WindowEnd   time.Time `json:"window_end"`   // zero for run and forever
+	Canonical   string    `json:"canonical"`    // the exact bytes that were hashed
+}
+
+// Derivation is a derived key with its parts and, inside the grace period
+// after a window boundary, the key of the same work in the previous window.
+type Derivation struct {
+	Key   string   `json:"key"`
+	Parts KeyParts `json:"parts"`
+	// Previous is the previous window's key when At is within the tool's
+	// grace after the window started; a repeat from the same run matches it.
+	Previous string `json:"previous,omitempty"`
+}
+
+// DeriveKey derives the key of a call: hex(sha256(canonical))[:32], where
+// canonical is the JSON array [KeyVersion, tool, [[field, value]...], window id].
+func DeriveKey(in KeyInput) (*Derivation, error) {
+	t := in.Tool
+	if t == nil {
+		return nil, Errorf(CodeInvalidArgument, "no tool")
+	}
+	parts := KeyParts{Tool: t.Name, Fields: make([]KeyPart, 0, len(t.NaturalKey))}
+	values := make([][2]string, 0, len(t.NaturalKey))
+	for _, kf := range t.NaturalKey {
+		p, err := keyPart(in.Args, kf)
+		if err != nil {
+			return nil, err
+		}
+		parts.Fields = append(parts.Fields, p)
+		values = append(values, [2]string{p.Field, p.Value})
+	}
+	if t.Window == nil {
+		return nil, Errorf(CodeInvalidArgument, "tool %s has no window", t.Name)
+	}
+	w, err := windowAt(*t.Window, in.Calendar, in.At, in.RunID)
+	if err != nil {
+		return nil, err
+	}
+	parts.Window = t.Window.String()
+	parts.WindowID, parts.WindowStart, parts.WindowEnd = w.id, w.start, w.end
+	parts.Canonical = canonical(t.Name, values, w.id)
+	d := &Derivation{Key: hashKey(parts.Canonical), Parts: parts}
+	if w.prevID != "" && !w.start.IsZero() && in.At.Sub(w.start) < t.GraceOr() {
+		d.Previous = hashKey(canonical(t.Name, values, w.prevID))
+	}
+	return d, nil
+}
+
+func canonical(tool string, values [][2]string, windowID string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// Encoding a slice of strings cannot fail.
+	_ = enc.Encode([]any{KeyVersion, tool, values, windowID})
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+func hashKey(canonical string) string {
+	sum := sha256.Sum256([]byte(canonical))
+	return hex.EncodeToString(sum[:])[:32]
+}
+
+func keyPart(args map[string]any, kf KeyField) (KeyPart, error) {
+	v, ok := lookupPath(args, kf.Field)
+	if !ok || v == nil {
+		return KeyPart{}, FieldErrorf(CodeMissingField, kf.Field, "missing required field %q: it identifies the work and must be given; nothing was executed", kf.Field)
+	}
+	var text string
+	switch x := v.(type) {
+	case string:
+		text = x
+	case json.Number:
+		text = x.String()
+	case bool:
+		text = fmt.Sprint(x)
+	case float64:
+		text = json.Number(fmt.Sprint(x)).String()
+	default:
+		return KeyPart{}, FieldErrorf(CodeInvalidArgument, kf.Field, "field %q must be a string or a number, not %s; nothing was executed", kf.Field, jsonTypeName(v))
+	}
+	p := KeyPart{Field: kf.Field, Input: text, Value: text}
+	for _, n := range kf.Normalize {
+		f, ok := normalizers[n]
+		if !ok {
+			return KeyPart{}, Errorf(CodeInvalidManifest, "unknown normalizer %q", n)
+		}
+		out, err := f(p.Value)
+		if err != nil {
+			return KeyPart{}, FieldErrorf(CodeInvalidArgument, kf.Field, "field %q: %v; nothing was executed", kf.Field, err)
+		}
+		p.Value = out
+	}
+	if strings.TrimSpace(p.Value) == "" {
+		return KeyPart{}, FieldErrorf(CodeMissingField, kf.Field, "field %q is empty: it identifies the work and must have a value; nothing was executed", kf.Field)
+	}
+	return p, nil
+}
+
+func jsonTypeName(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case nil:
+		return "null"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// lookupPath follows a dotted path through objects (and, by index, arrays).
+func lookupPath(v any, path string) (any, bool) {
+	cur := v
+	for _, seg := range strings.Split(path, ".") {
+		switch c := cur.(type) {
+		case map[string]any:
+			next, ok := c[seg]
+			if !ok {
+				return nil, false
+			}
+			cur = next
+		case []any:
+			var i int
+			if !isIndex(seg) || len(seg) > 9 {
+				return nil, false
+			}
+			fmt.Sscan(seg, &i)
+			if i >= len(c) {
+				return nil, false
+			}
+			cur = c[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// ParseArgs decodes a call's arguments: a JSON object, numbers kept exact.
+func ParseArgs(raw []byte) (map[string]any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, &Error{Code: CodeInvalidArgument, Field: "args", Message: "arguments are not valid JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return nil, FieldErrorf(CodeInvalidArgument, "args", "arguments must be one JSON object; found more after it")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, FieldErrorf(CodeInvalidArgument, "args", "arguments must be a JSON object, not %s", jsonTypeName(v))
+	}
+	return m, nil
+}
+
+// CanonicalArgs writes arguments in one form (keys sorted, no
+// insignificant whitespace, numbers as sent), so that equal arguments
+// compare equal whatever their field order.
+func CanonicalArgs(args map[string]any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(args) // decoded JSON always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// ArgsHash is the hex SHA-256 of CanonicalArgs.
+func ArgsHash(canonicalArgs []byte) string {
+	sum := sha256.Sum256(canonicalArgs)
+	return hex.EncodeToString(sum[:])
+}
+
+// DiffArgs names the fields (dotted paths) whose values differ between two
+// argument sets, sorted.
+func DiffArgs(a, b map[string]any) []string {
+	var out []string
+	diffInto(&out, "", a, b)
+	sortStrings(out)
+	return out
+}
+
+func diffInto(out *[]string, prefix string, a, b map[string]any) {
+	seen := map[string]bool{}
+	for k, av := range a {
+		seen[k] = true
+		p := joinPath(prefix, k)
+		bv, ok := b[k]
+		if !ok {
+			*out = append(*out, p)
+			continue
+		}
+		am, aok := av.(map[string]any)
+		bm, bok := bv.(map[string]any)
+		if aok && bok {
+			diffInto(out, p, am, bm)
+			continue
+		}
+		if !jsonEqual(av, bv) {
+			*out = append(*out, p)
+		}
+	}
+	for k := range b {
+		if !seen[k] {
+			*out = append(*out, joinPath(prefix, k))
+		}
+	}
+}
+
+func joinPath(prefix, k string) string {
+	if prefix == "" {
+		return k
+	}
+	return prefix + "." + k
+}
+
+func jsonEqual(a, b any) bool {
+	ab, _ := json.Marshal(a)
+	bb, _ := json.Marshal(b)
+	return bytes.Equal(ab, bb)
+}

@@ -1,0 +1,132 @@
+package airlock
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// State is where a record is in its life.
+type State string
+
+// Record states.
+const (
+	StateRunning   State = "running"   // claimed; the side effect is under way
+	StateSucceeded State = "succeeded" // done; the result is stored
+	StateFailed    State = "failed"    // a definitive failure; the failure is stored
+	StateInDoubt   State = "in_doubt"  // it may or may not have happened; never retried blindly
+	// StateReleased is never stored: Settle returns it for an in-doubt
+	// record that did not happen and was removed, freeing its key.
+	StateReleased State = "released"
+)
+
+// Final reports whether the record will never change again by itself.
+func (s State) Final() bool { return s == StateSucceeded || s == StateFailed }
+
+// Record remembers one side-effecting call, unique on Key.
+type Record struct {
+	Key        string          `json:"key"`
+	Tool       string          `json:"tool"`
+	RunID      string          `json:"run_id"`
+	WindowID   string          `json:"window_id"`
+	State      State           `json:"state"`
+	Args       json.RawMessage `json:"args"`      // canonical arguments of the first call
+	ArgsHash   string          `json:"args_hash"` // hex SHA-256 of Args
+	Result     json.RawMessage `json:"result,omitempty"`
+	Note       string          `json:"note,omitempty"` // why it is in doubt, or how it was settled
+	Owner      string          `json:"owner,omitempty"`
+	LeaseUntil time.Time       `json:"lease_until"`
+	Attempts   int             `json:"attempts"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
+	ExpiresAt  time.Time       `json:"expires_at"` // purged after; zero: kept
+}
+
+// Claim is the row a first call inserts.
+type Claim struct {
+	Key        string
+	Tool       string
+	RunID      string
+	WindowID   string
+	Args       json.RawMessage
+	ArgsHash   string
+	Owner      string
+	Now        time.Time
+	LeaseUntil time.Time
+	ExpiresAt  time.Time // zero: never purged
+}
+
+// Completion ends a running record held by Owner.
+type Completion struct {
+	Key    string
+	Owner  string
+	State  State // succeeded, failed or in_doubt
+	Result json.RawMessage
+	Note   string
+	Now    time.Time
+}
+
+// Settlement decides an in_doubt record: it happened (with its result) or
+// it did not (the record is removed, so the key is free again).
+type Settlement struct {
+	Key      string
+	Happened bool
+	Result   json.RawMessage
+	Note     string // who decided and why
+	Now      time.Time
+}
+
+// Store keeps records. Uniqueness on Key is the database's unique index;
+// every state change is a conditional update, so many processes may share
+// one store. Drivers: store/sqlite, store/postgres; store/storetest is the
+// conformance suite both pass.
+type Store interface {
+	// Claim inserts the record as running, durably, unless one with the key
+	// exists; it returns the record and whether this call inserted it.
+	Claim(ctx context.Context, c *Claim) (rec *Record, claimed bool, err error)
+	// Complete moves a running record held by c.Owner to c.State.
+	// ErrLeaseLost when the record is not running under that owner.
+	Complete(ctx context.Context, c *Completion) error
+	// Release removes a running record held by owner (the request was never
+	// sent). ErrLeaseLost when it is not held by owner.
+	Release(ctx context.Context, key, owner string) error
+	// Heartbeat extends the lease of a running record held by owner.
+	// ErrLeaseLost when it is not held by owner.
+	Heartbeat(ctx context.Context, key, owner string, leaseUntil time.Time) error
+	// Get returns the record, or ErrNotFound.
+	Get(ctx context.Context, key string) (*Record, error)
+	// ExpiredLeases lists running records whose lease ended before now.
+	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*Record, error)
+	// ExpireLease moves a running record whose lease ended before now to
+	// in_doubt; false when it is no longer such a record.
+	ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error)
+	// TakeOver gives a running record whose lease ended before now to a
+	// new owner (to re-drive it); false when another replica was first.
+	TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*Record, bool, error)
+	// Settle decides an in_doubt record. ErrNotFound or ErrStateConflict
+	// when there is no in_doubt record with the key.
+	Settle(ctx context.Context, s *Settlement) (*Record, error)
+	// Purge removes up to limit final records whose ExpiresAt is before now.
+	Purge(ctx context.Context, now time.Time, limit int) (int, error)
+	// Subscribe calls fn with the key of each record that leaves running,
+	// as soon as the driver learns of it (in this process, and from other
+	// processes where the database can tell). It returns the cancel func.
+	Subscribe(fn func(key string)) (cancel func())
+	// PollInterval is how often a waiter re-reads a running record, for
+	// changes that Subscribe cannot report.
+	PollInterval() time.Duration
+	// Migrate applies the embedded migrations.
+	Migrate(ctx context.Context) error
+	// Ping checks the database is reachable and migrated.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Clock tells the time; tests replace it.
+type Clock interface{ Now() time.Time }
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }

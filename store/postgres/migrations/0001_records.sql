@@ -1,0 +1,22 @@
+-- Records of side-effecting calls, unique on key.
+CREATE TABLE airlock_records (
+    key         text        NOT NULL PRIMARY KEY,
+    tool        text        NOT NULL,
+    run_id      text        NOT NULL DEFAULT '',
+    window_id   text        NOT NULL,
+    state       text        NOT NULL CHECK (state IN ('running', 'succeeded', 'failed', 'in_doubt')),
+    args        text        NOT NULL,
+    args_hash   text        NOT NULL,
+    result      text,
+    note        text        NOT NULL DEFAULT '',
+    owner       text        NOT NULL DEFAULT '',
+    lease_until timestamptz NOT NULL,
+    attempts    integer     NOT NULL DEFAULT 1,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    expires_at  timestamptz
+);
+
+CREATE INDEX airlock_records_running ON airlock_records (lease_until) WHERE state = 'running';
+CREATE INDEX airlock_records_expires ON airlock_records (expires_at) WHERE state IN ('succeeded', 'failed');
+CREATE INDEX airlock_records_run ON airlock_records (run_id, tool);

@@ -1,0 +1,235 @@
+// Package postgres is the airlock store on PostgreSQL (pgx v5), for many
+// airlock replicas sharing the work. Uniqueness is the primary key on the
+// record's key; every state change is a conditional UPDATE; completions are
+// announced with NOTIFY in the same statement, so waiters in every replica
+// wake as soon as the result is committed.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/airlockhq/airlock/internal/migrations"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// channel is the NOTIFY channel that carries keys of records leaving running.
+const channel = "airlock_records"
+
+// Config configures the store. A nil *Config means all defaults.
+type Config struct {
+	// MaxConns is the pool size. Default: pgxpool's (max(4, cores)), at least 16.
+	MaxConns int32
+	// PollInterval is how often waiters re-read a running record in case a
+	// notification was missed (while the listener reconnects). Default 1s.
+	PollInterval time.Duration
+}
+
+// Store is the PostgreSQL store.
+type Store struct {
+	pool *pgxpool.Pool
+	poll time.Duration
+
+	subMu    sync.RWMutex
+	subs     map[int]func(string)
+	subN     int
+	listenMu sync.Mutex
+	listenOn bool
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// Open connects to the database at dsn (postgres://...).
+func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	} else if pc.MaxConns < 16 {
+		pc.MaxConns = 16
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s := &Store{pool: pool, poll: cfg.PollInterval, subs: map[int]func(string){}}
+	if s.poll <= 0 {
+		s.poll = time.Second
+	}
+	return s, nil
+}
+
+// Pool is the connection pool, for tools such as the benchmark baseline.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close stops the listener and closes the pool.
+func (s *Store) Close() error {
+	s.listenMu.Lock()
+	if s.stop != nil {
+		s.stop()
+	}
+	s.listenMu.Unlock()
+	s.wg.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// PollInterval implements airlock.Store.
+func (s *Store) PollInterval() time.Duration { return s.poll }
+
+// Subscribe implements airlock.Store: keys come from LISTEN on one
+// connection, for completions in every process sharing the database.
+func (s *Store) Subscribe(fn func(key string)) func() {
+	s.subMu.Lock()
+	s.subN++
+	id := s.subN
+	s.subs[id] = fn
+	s.subMu.Unlock()
+	s.startListener()
+	return func() {
+		s.subMu.Lock()
+		delete(s.subs, id)
+		s.subMu.Unlock()
+	}
+}
+
+func (s *Store) publish(key string) {
+	s.subMu.RLock()
+	defer s.subMu.RUnlock()
+	for _, fn := range s.subs {
+		fn(key)
+	}
+}
+
+func (s *Store) startListener() {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	if s.listenOn {
+		return
+	}
+	s.listenOn = true
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		backoff := 50 * time.Millisecond
+		for ctx.Err() == nil {
+			err := s.listen(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			_ = err // reconnect; waiters poll meanwhile
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}()
+}
+
+func (s *Store) listen(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A LISTEN connection must not go back to the pool.
+	defer conn.Hijack().Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		s.publish(n.Payload)
+	}
+}
+
+// Migrate implements airlock.Store. An advisory lock lets many replicas
+// start at once.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(7412093)`); err != nil {
+		return fmt.Errorf("postgres: taking the migration lock: %w", err)
+	}
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7412093)`) //nolint:errcheck // released with the session anyway
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS airlock_schema_migrations (
+		version integer NOT NULL PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	var have int
+	if err := conn.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if have > migrations.Latest(ms) {
+		return fmt.Errorf("postgres: the database is at schema version %d, newer than this airlock (%d); upgrade airlock", have, migrations.Latest(ms))
+	}
+	for _, m := range ms[have:] {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO airlock_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("postgres: migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	return nil
+}
+
+// Ping implements airlock.Store: the database answers and is migrated.
+func (s *Store) Ping(ctx context.Context) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	var have int
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("postgres: reading the schema version (run airlock migrate): %w", err)
+	}
+	if have < migrations.Latest(ms) {
+		return fmt.Errorf("postgres: schema version %d, want %d: run airlock migrate", have, migrations.Latest(ms))
+	}
+	return nil
+}
+
+func loadMigrations() ([]migrations.Migration, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	return migrations.Load(sub)
+}
+
+var errNoRows = pgx.ErrNoRows
+
+func isNoRows(err error) bool { return errors.Is(err, errNoRows) }

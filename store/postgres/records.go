@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock"
+)
+
+var _ airlock.Store = (*Store)(nil)
+
+const recordColumns = `key, tool, run_id, window_id, state, args, args_hash, result, note, owner,
+	lease_until, attempts, created_at, updated_at, expires_at`
+
+func scanRecord(row pgx.Row) (*airlock.Record, error) {
+	var (
+		r       airlock.Record
+		state   string
+		args    string
+		result  *string
+		expires *time.Time
+	)
+	err := row.Scan(&r.Key, &r.Tool, &r.RunID, &r.WindowID, &state, &args, &r.ArgsHash, &result, &r.Note, &r.Owner,
+		&r.LeaseUntil, &r.Attempts, &r.CreatedAt, &r.UpdatedAt, &expires)
+	if err != nil {
+		if isNoRows(err) {
+			return nil, airlock.ErrNotFound
+		}
+		return nil, err
+	}
+	r.State = airlock.State(state)
+	r.Args = []byte(args)
+	if result != nil {
+		r.Result = []byte(*result)
+	}
+	if expires != nil {
+		r.ExpiresAt = expires.UTC()
+	}
+	r.LeaseUntil, r.CreatedAt, r.UpdatedAt = r.LeaseUntil.UTC(), r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return &r, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nullText(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// Claim implements airlock.Store: one statement inserts or, on conflict,
+// reads the existing row.
+func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, bool, error) {
+	for {
+		var inserted bool
+		row := s.pool.QueryRow(ctx, `WITH ins AS (
+				INSERT INTO airlock_records (`+recordColumns+`)
+				VALUES ($1, $2, $3, $4, 'running', $5, $6, NULL, '', $7, $8, 1, $9, $9, $10)
+				ON CONFLICT (key) DO NOTHING
+				RETURNING key)
+			SELECT true FROM ins
+			UNION ALL
+			SELECT false WHERE NOT EXISTS (SELECT 1 FROM ins)`,
+			c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt))
+		if err := row.Scan(&inserted); err != nil {
+			return nil, false, err
+		}
+		if inserted {
+			return &airlock.Record{
+				Key: c.Key, Tool: c.Tool, RunID: c.RunID, WindowID: c.WindowID, State: airlock.StateRunning,
+				Args: c.Args, ArgsHash: c.ArgsHash, Owner: c.Owner, LeaseUntil: c.LeaseUntil, Attempts: 1,
+				CreatedAt: c.Now, UpdatedAt: c.Now, ExpiresAt: c.ExpiresAt,
+			}, true, nil
+		}
+		// The conflicting row is committed (ON CONFLICT waited for it); this
+		// statement's snapshot reads it.
+		rec, err := s.Get(ctx, c.Key)
+		if err == airlock.ErrNotFound {
+			continue // released or settled as not happened meanwhile: claim again
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return rec, false, nil
+	}
+}
+
+// Complete implements airlock.Store; the NOTIFY goes out with the commit.
+func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
+	return s.changeAndNotify(ctx, `WITH u AS (
+			UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
+			WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key)
+		SELECT pg_notify('`+channel+`', key) FROM u`,
+		c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now)
+}
+
+// Release implements airlock.Store.
+func (s *Store) Release(ctx context.Context, key, owner string) error {
+	return s.changeAndNotify(ctx, `WITH d AS (
+			DELETE FROM airlock_records WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key)
+		SELECT pg_notify('`+channel+`', key) FROM d`, key, owner)
+}
+
+// changeAndNotify runs a statement that returns one row per changed record;
+// none means the caller no longer holds the record.
+func (s *Store) changeAndNotify(ctx context.Context, sql string, args ...any) error {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return airlock.ErrLeaseLost
+	}
+	return nil
+}
+
+// Heartbeat implements airlock.Store.
+func (s *Store) Heartbeat(ctx context.Context, key, owner string, leaseUntil time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE airlock_records SET lease_until = $3
+		WHERE key = $1 AND owner = $2 AND state = 'running'`, key, owner, leaseUntil)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return airlock.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements airlock.Store.
+func (s *Store) Get(ctx context.Context, key string) (*airlock.Record, error) {
+	return scanRecord(s.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = $1`, key))
+}
+
+// ExpiredLeases implements airlock.Store.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*airlock.Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM airlock_records
+		WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ExpireLease implements airlock.Store.
+func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error) {
+	err := s.changeAndNotify(ctx, `WITH u AS (
+			UPDATE airlock_records SET state = 'in_doubt', note = $2, owner = '', updated_at = $3
+			WHERE key = $1 AND state = 'running' AND lease_until < $3 RETURNING key)
+		SELECT pg_notify('`+channel+`', key) FROM u`, key, note, now)
+	if err == airlock.ErrLeaseLost {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// TakeOver implements airlock.Store.
+func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*airlock.Record, bool, error) {
+	rec, err := scanRecord(s.pool.QueryRow(ctx, `UPDATE airlock_records
+		SET owner = $2, lease_until = $3, attempts = attempts + 1, updated_at = $4
+		WHERE key = $1 AND state = 'running' AND lease_until < $4
+		RETURNING `+recordColumns, key, owner, leaseUntil, now))
+	if err == airlock.ErrNotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, true, nil
+}
+
+// Settle implements airlock.Store.
+func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Record, error) {
+	var rec *airlock.Record
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cur, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = $1 FOR UPDATE`, st.Key))
+		if err == airlock.ErrNotFound {
+			return airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", st.Key)
+		}
+		if err != nil {
+			return err
+		}
+		if cur.State != airlock.StateInDoubt {
+			return airlock.Errorf(airlock.CodeConflict, "record %s is %s, not in_doubt; only in-doubt records are settled", st.Key, cur.State)
+		}
+		if !st.Happened {
+			if _, err := tx.Exec(ctx, `DELETE FROM airlock_records WHERE key = $1`, st.Key); err != nil {
+				return err
+			}
+			cur.State, cur.Note = airlock.StateReleased, st.Note
+			rec = cur
+		} else {
+			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE airlock_records SET state = 'succeeded', result = $2, note = $3, updated_at = $4
+				WHERE key = $1 RETURNING `+recordColumns, st.Key, nullText(st.Result), st.Note, st.Now))
+			if err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify('`+channel+`', $1)`, st.Key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Purge implements airlock.Store.
+func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM airlock_records WHERE key IN (
+		SELECT key FROM airlock_records WHERE state IN ('succeeded', 'failed') AND expires_at < $1 LIMIT $2)`, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}

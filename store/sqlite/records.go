@@ -1,0 +1,293 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io/fs"
+	"time"
+
+	"github.com/airlockhq/airlock"
+)
+
+var _ airlock.Store = (*Store)(nil)
+
+const recordColumns = `key, tool, run_id, window_id, state, args, args_hash, result, note, owner,
+	lease_until, attempts, created_at, updated_at, expires_at`
+
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func nullMicros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(v).UTC()
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (*airlock.Record, error) {
+	var (
+		r                       airlock.Record
+		args                    string
+		result                  sql.NullString
+		lease, created, updated int64
+		expires                 sql.NullInt64
+		state                   string
+	)
+	err := row.Scan(&r.Key, &r.Tool, &r.RunID, &r.WindowID, &state, &args, &r.ArgsHash, &result, &r.Note, &r.Owner,
+		&lease, &r.Attempts, &created, &updated, &expires)
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, airlock.ErrNotFound
+		}
+		return nil, err
+	}
+	r.State = airlock.State(state)
+	r.Args = []byte(args)
+	if result.Valid {
+		r.Result = []byte(result.String)
+	}
+	r.LeaseUntil, r.CreatedAt, r.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)
+	if expires.Valid {
+		r.ExpiresAt = fromMicros(expires.Int64)
+	}
+	return &r, nil
+}
+
+func nullText(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// Claim implements airlock.Store.
+func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, bool, error) {
+	var (
+		rec     *airlock.Record
+		claimed bool
+	)
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO airlock_records (`+recordColumns+`)
+			VALUES (?, ?, ?, ?, 'running', ?, ?, NULL, '', ?, ?, 1, ?, ?, ?)
+			ON CONFLICT (key) DO NOTHING`,
+			c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner,
+			micros(c.LeaseUntil), micros(c.Now), micros(c.Now), nullMicros(c.ExpiresAt))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			claimed = true
+			rec = &airlock.Record{
+				Key: c.Key, Tool: c.Tool, RunID: c.RunID, WindowID: c.WindowID, State: airlock.StateRunning,
+				Args: c.Args, ArgsHash: c.ArgsHash, Owner: c.Owner, LeaseUntil: c.LeaseUntil, Attempts: 1,
+				CreatedAt: c.Now, UpdatedAt: c.Now, ExpiresAt: c.ExpiresAt,
+			}
+			return nil
+		}
+		rec, err = scanRecord(tx.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = ?`, c.Key))
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, claimed, nil
+}
+
+// Complete implements airlock.Store.
+func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
+	lost := false
+	err := s.do(ctx, c.Key, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE airlock_records
+			SET state = ?, result = ?, note = ?, owner = '', updated_at = ?
+			WHERE key = ? AND owner = ? AND state = 'running'`,
+			string(c.State), nullText(c.Result), c.Note, micros(c.Now), c.Key, c.Owner)
+		if err != nil {
+			return err
+		}
+		lost = rowsAffected(res) == 0
+		return nil
+	})
+	if err == nil && lost {
+		return airlock.ErrLeaseLost
+	}
+	return err
+}
+
+// Release implements airlock.Store.
+func (s *Store) Release(ctx context.Context, key, owner string) error {
+	lost := false
+	err := s.do(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND owner = ? AND state = 'running'`, key, owner)
+		if err != nil {
+			return err
+		}
+		lost = rowsAffected(res) == 0
+		return nil
+	})
+	if err == nil && lost {
+		return airlock.ErrLeaseLost
+	}
+	return err
+}
+
+// Heartbeat implements airlock.Store.
+func (s *Store) Heartbeat(ctx context.Context, key, owner string, leaseUntil time.Time) error {
+	lost := false
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE airlock_records SET lease_until = ?
+			WHERE key = ? AND owner = ? AND state = 'running'`, micros(leaseUntil), key, owner)
+		if err != nil {
+			return err
+		}
+		lost = rowsAffected(res) == 0
+		return nil
+	})
+	if err == nil && lost {
+		return airlock.ErrLeaseLost
+	}
+	return err
+}
+
+// Get implements airlock.Store.
+func (s *Store) Get(ctx context.Context, key string) (*airlock.Record, error) {
+	return scanRecord(s.read.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = ?`, key))
+}
+
+// ExpiredLeases implements airlock.Store.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*airlock.Record, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+recordColumns+` FROM airlock_records
+		WHERE state = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?`, micros(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ExpireLease implements airlock.Store.
+func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error) {
+	var ok bool
+	err := s.do(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE airlock_records SET state = 'in_doubt', note = ?, owner = '', updated_at = ?
+			WHERE key = ? AND state = 'running' AND lease_until < ?`, note, micros(now), key, micros(now))
+		if err != nil {
+			return err
+		}
+		ok = rowsAffected(res) == 1
+		return nil
+	})
+	return ok, err
+}
+
+// TakeOver implements airlock.Store.
+func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*airlock.Record, bool, error) {
+	var rec *airlock.Record
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		r, err := scanRecord(tx.QueryRowContext(ctx, `UPDATE airlock_records
+			SET owner = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
+			WHERE key = ? AND state = 'running' AND lease_until < ?
+			RETURNING `+recordColumns, owner, micros(leaseUntil), micros(now), key, micros(now)))
+		if errors.Is(err, airlock.ErrNotFound) {
+			return nil
+		}
+		rec = r
+		return err
+	})
+	return rec, rec != nil, err
+}
+
+// Settle implements airlock.Store.
+func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Record, error) {
+	var (
+		rec  *airlock.Record
+		fail error
+	)
+	err := s.do(ctx, st.Key, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := scanRecord(tx.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = ?`, st.Key))
+		if errors.Is(err, airlock.ErrNotFound) {
+			fail = airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", st.Key)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cur.State != airlock.StateInDoubt {
+			fail = airlock.Errorf(airlock.CodeConflict, "record %s is %s, not in_doubt; only in-doubt records are settled", st.Key, cur.State)
+			return nil
+		}
+		if !st.Happened {
+			_, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND state = 'in_doubt'`, st.Key)
+			cur.State, cur.Note = airlock.StateReleased, st.Note
+			rec = cur
+			return err
+		}
+		rec, err = scanRecord(tx.QueryRowContext(ctx, `UPDATE airlock_records SET state = 'succeeded', result = ?, note = ?, updated_at = ?
+			WHERE key = ? AND state = 'in_doubt' RETURNING `+recordColumns, nullText(st.Result), st.Note, micros(st.Now), st.Key))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if fail != nil {
+		return nil, fail
+	}
+	return rec, nil
+}
+
+// Purge implements airlock.Store.
+func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	var n int
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key IN (
+			SELECT key FROM airlock_records WHERE state IN ('succeeded', 'failed') AND expires_at IS NOT NULL AND expires_at < ? LIMIT ?)`,
+			micros(now), limit)
+		if err != nil {
+			return err
+		}
+		n = int(rowsAffected(res))
+		return nil
+	})
+	return n, err
+}
+
+func rowsAffected(res sql.Result) int64 {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func mustSub(fsys fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(err) // the embedded directory always exists
+	}
+	return sub
+}

@@ -1,0 +1,321 @@
+// Package sqlite is the embedded airlock store: pure-Go SQLite
+// (modernc.org/sqlite) in WAL mode with synchronous=FULL.
+//
+// Writes from concurrent callers are group-committed: one writer goroutine
+// gathers the claims and completions that arrive together and commits them
+// in one transaction, so they share one fsync. Reads use a separate pool
+// and never wait for the writer. Several processes may share one file:
+// each takes SQLite's write lock in turn (busy timeout), and uniqueness is
+// the primary key on the record's key.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/migrations"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Config configures the store. A nil *Config means all defaults.
+type Config struct {
+	// BusyTimeout is how long a write waits for another process's write
+	// lock. Default 10s.
+	BusyTimeout time.Duration
+	// MaxBatch bounds how many writes share one transaction. Default 256.
+	MaxBatch int
+	// ReadConns is the size of the read pool. Default 8.
+	ReadConns int
+	// PollInterval is how often waiters re-read a running record, for
+	// completions by other processes. Default 10ms.
+	PollInterval time.Duration
+}
+
+// Store is the SQLite store.
+type Store struct {
+	path   string
+	read   *sql.DB
+	write  *sql.DB
+	ops    chan *op
+	poll   time.Duration
+	batch  int
+	closed chan struct{}
+	wg     sync.WaitGroup
+
+	subMu sync.RWMutex
+	subs  map[int]func(string)
+	subN  int
+}
+
+// op is one write; fn runs inside the batch's transaction. A nil error from
+// fn with a logical outcome (not found, lease lost) is kept in the op.
+type op struct {
+	fn     func(ctx context.Context, tx *sql.Tx) error
+	ctx    context.Context
+	done   chan error
+	notify string // a key that leaves running when this op commits
+}
+
+// Open opens (creating if needed) the database file at path.
+func Open(path string, cfg *Config) (*Store, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	busy := cfg.BusyTimeout
+	if busy <= 0 {
+		busy = 10 * time.Second
+	}
+	if path != ":memory:" {
+		if dir := filepath.Dir(path); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("sqlite: creating the directory of %s: %w", path, err)
+			}
+		}
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	dsn := "file:" + path + "?" + q.Encode()
+
+	write, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, err
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxIdleTime(0)
+	write.SetConnMaxLifetime(0)
+	read, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		write.Close()
+		return nil, err
+	}
+	n := cfg.ReadConns
+	if n <= 0 {
+		n = 8
+	}
+	read.SetMaxOpenConns(n)
+	read.SetMaxIdleConns(n)
+	s := &Store{
+		path: path, read: read, write: write,
+		ops: make(chan *op, 1024), poll: cfg.PollInterval, batch: cfg.MaxBatch,
+		closed: make(chan struct{}), subs: map[int]func(string){},
+	}
+	if s.poll <= 0 {
+		s.poll = 10 * time.Millisecond
+	}
+	if s.batch <= 0 {
+		s.batch = 256
+	}
+	// Fail early when the file cannot be opened or is not a database.
+	if err := write.PingContext(context.Background()); err != nil {
+		s.read.Close()
+		s.write.Close()
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
+	s.wg.Add(1)
+	go s.writer()
+	return s, nil
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// DB returns the read pool, for tools such as the benchmark baseline.
+func (s *Store) DB() *sql.DB { return s.read }
+
+// Close stops the writer (after the writes already queued) and closes the database.
+func (s *Store) Close() error {
+	select {
+	case <-s.closed:
+		return nil
+	default:
+	}
+	close(s.closed)
+	s.wg.Wait()
+	return errors.Join(s.write.Close(), s.read.Close())
+}
+
+// writer commits queued writes in batches: every op that is waiting when a
+// transaction starts joins it, so concurrent callers share one fsync.
+func (s *Store) writer() {
+	defer s.wg.Done()
+	batch := make([]*op, 0, s.batch)
+	for {
+		batch = batch[:0]
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		case <-s.closed:
+			// Drain what is queued, then stop.
+			for {
+				select {
+				case o := <-s.ops:
+					o.done <- errClosed
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < s.batch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+var errClosed = errors.New("sqlite: store closed")
+
+func (s *Store) commit(batch []*op) {
+	live := batch[:0:0]
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.done <- err
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := s.runBatch(live)
+	for _, o := range live {
+		o.done <- err
+	}
+	if err == nil {
+		for _, o := range live {
+			if o.notify != "" {
+				s.publish(o.notify)
+			}
+		}
+	}
+}
+
+func (s *Store) runBatch(batch []*op) (err error) {
+	ctx := context.Background()
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	for _, o := range batch {
+		if err := o.fn(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// do queues a write and waits for its batch to commit.
+func (s *Store) do(ctx context.Context, notify string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	o := &op{fn: fn, ctx: ctx, done: make(chan error, 1), notify: notify}
+	select {
+	case s.ops <- o:
+	case <-s.closed:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, wait for the commit whatever the caller's context says:
+	// the caller must learn whether its write is durable.
+	return <-o.done
+}
+
+func (s *Store) publish(key string) {
+	s.subMu.RLock()
+	defer s.subMu.RUnlock()
+	for _, fn := range s.subs {
+		fn(key)
+	}
+}
+
+// Subscribe implements airlock.Store. SQLite cannot tell one process about
+// another's commits, so only this process's completions are reported;
+// waiters poll for the rest (PollInterval).
+func (s *Store) Subscribe(fn func(key string)) func() {
+	s.subMu.Lock()
+	s.subN++
+	id := s.subN
+	s.subs[id] = fn
+	s.subMu.Unlock()
+	return func() {
+		s.subMu.Lock()
+		delete(s.subs, id)
+		s.subMu.Unlock()
+	}
+}
+
+// PollInterval implements airlock.Store.
+func (s *Store) PollInterval() time.Duration { return s.poll }
+
+// Migrate implements airlock.Store.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := migrations.Load(mustSub(migrationFiles, "migrations"))
+	if err != nil {
+		return err
+	}
+	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS airlock_schema_migrations (
+			version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+			return err
+		}
+		var have int
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have); err != nil {
+			return err
+		}
+		if have > migrations.Latest(ms) {
+			return fmt.Errorf("sqlite: the database is at schema version %d, newer than this airlock (%d); upgrade airlock", have, migrations.Latest(ms))
+		}
+		for _, m := range ms[have:] {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("sqlite: migration %04d_%s: %w", m.Version, m.Name, err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				m.Version, m.Name, time.Now().UnixMicro()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Ping implements airlock.Store: the database answers and is migrated.
+func (s *Store) Ping(ctx context.Context) error {
+	ms, err := migrations.Load(mustSub(migrationFiles, "migrations"))
+	if err != nil {
+		return err
+	}
+	var have int
+	if err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("sqlite: reading the schema version (run airlock migrate): %w", err)
+	}
+	if have < migrations.Latest(ms) {
+		return fmt.Errorf("sqlite: schema version %d, want %d: run airlock migrate", have, migrations.Latest(ms))
+	}
+	return nil
+}

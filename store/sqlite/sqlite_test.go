@@ -1,0 +1,33 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/sqlite"
+	"github.com/airlockhq/airlock/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newStore(t testing.TB) airlock.Store {
+	t.Helper()
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, newStore)
+}

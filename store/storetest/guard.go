@@ -1,0 +1,601 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock"
+)
+
+// FakeClock is a settable clock.
+type FakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewFakeClock starts at t.
+func NewFakeClock(t time.Time) *FakeClock { return &FakeClock{now: t} }
+
+// Now implements airlock.Clock.
+func (c *FakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+// Set moves the clock.
+func (c *FakeClock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+
+// Tool returns a write tool for tests: natural key record_id (trim, upper),
+// the given window.
+func Tool(name, window string) *airlock.Tool {
+	var w airlock.Window
+	_ = w.UnmarshalText([]byte(window))
+	return &airlock.Tool{
+		Name: name, Kind: airlock.KindWrite, Window: &w,
+		NaturalKey: []airlock.KeyField{{Field: "record_id", Normalize: []string{"trim", "upper"}}},
+		OnMismatch: airlock.MismatchReplay,
+		Answers:    airlock.Answers{Undo: "yes", Approver: "nobody", OnRepeat: "first result"},
+	}
+}
+
+type bundle struct {
+	store airlock.Store
+	guard *airlock.Guard
+	ctx   context.Context
+}
+
+func setup(t *testing.T, newStore NewStore, cfg *airlock.GuardConfig) *bundle {
+	t.Helper()
+	s := newStore(t)
+	g := airlock.NewGuard(s, cfg)
+	t.Cleanup(g.Close)
+	return &bundle{store: s, guard: g, ctx: context.Background()}
+}
+
+// counter is a side effect that counts its executions.
+type counter struct {
+	n       atomic.Int64
+	delay   time.Duration
+	outcome airlock.Outcome
+}
+
+func (c *counter) fn(ctx context.Context, key string) airlock.Outcome {
+	n := c.n.Add(1)
+	if c.delay > 0 {
+		select {
+		case <-time.After(c.delay):
+		case <-ctx.Done():
+			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: ctx.Err()}
+		}
+	}
+	if c.outcome.Kind != 0 {
+		return c.outcome
+	}
+	return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(fmt.Sprintf(`{"execution":%d,"key_seen":%t}`, n, key != ""))}
+}
+
+func call(tool *airlock.Tool, args, run string) *airlock.Call {
+	return &airlock.Call{Tool: tool, Args: json.RawMessage(args), RunID: run}
+}
+
+func runGuard(t *testing.T, newStore NewStore) {
+	for _, cache := range []struct {
+		name string
+		size int
+	}{{"Cached", 0}, {"Uncached", -1}} {
+		t.Run(cache.name, func(t *testing.T) {
+			t.Parallel()
+			runGuardTable(t, newStore, cache.size)
+		})
+	}
+	runGuardLifecycle(t, newStore)
+}
+
+// runGuardTable covers each row of the table in DESIGN §2.2.
+func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
+	cfg := func() *airlock.GuardConfig { return &airlock.GuardConfig{CacheSize: cacheSize} }
+
+	t.Run("FirstCallThenRepeat", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		var c counter
+		id := Key("WD")
+		a1, err := b.guard.Do(b.ctx, call(tool, `{"record_id":"`+id+`","note":"x"}`, "r1"), c.fn)
+		must(t, err)
+		if a1.Status != airlock.StatusSucceeded || a1.Repeat || !strings.Contains(string(a1.Result), `"execution":1`) || a1.Key == "" {
+			t.Fatalf("first answer: %+v", a1)
+		}
+		// Same work, other field order, whitespace and case.
+		a2, err := b.guard.Do(b.ctx, call(tool, `{ "note":"x", "record_id":"  `+strings.ToLower(id)+` " }`, "r2"), c.fn)
+		must(t, err)
+		if a2.Status != airlock.StatusSucceeded || !a2.Repeat || string(a2.Result) != string(a1.Result) {
+			t.Fatalf("repeat answer: %+v", a2)
+		}
+		if a2.Conflict == nil || strings.Join(a2.Conflict.Fields, ",") != "record_id" {
+			t.Fatalf("repeat with a differently written record_id should name it as differing: %+v", a2.Conflict)
+		}
+		if n := c.n.Load(); n != 1 {
+			t.Fatalf("executions = %d, want 1", n)
+		}
+		rec, err := b.store.Get(b.ctx, a1.Key)
+		must(t, err)
+		if rec.State != airlock.StateSucceeded {
+			t.Fatalf("record state %s", rec.State)
+		}
+	})
+
+	t.Run("ExactRepeatHasNoConflict", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		var c counter
+		args := `{"record_id":"` + Key("WD") + `","amount":"10"}`
+		_, err := b.guard.Do(b.ctx, call(tool, args, "r1"), c.fn)
+		must(t, err)
+		a, err := b.guard.Do(b.ctx, call(tool, args, "r1"), c.fn)
+		must(t, err)
+		if !a.Repeat || a.Conflict != nil {
+			t.Fatalf("exact repeat: %+v", a)
+		}
+	})
+
+	t.Run("DefinitiveFailureIsReplayed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		c := counter{outcome: airlock.Outcome{Kind: airlock.OutcomeFailed, Result: json.RawMessage(`{"error":"insufficient funds"}`)}}
+		args := `{"record_id":"` + Key("WD") + `"}`
+		a1, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		a2, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a1.Status != airlock.StatusFailed || a1.Repeat || a2.Status != airlock.StatusFailed || !a2.Repeat ||
+			string(a2.Result) != `{"error":"insufficient funds"}` || c.n.Load() != 1 {
+			t.Fatalf("failure: first %+v, repeat %+v, executions %d", a1, a2, c.n.Load())
+		}
+	})
+
+	t.Run("RunningRepeatWaitsForTheResult", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		c := counter{delay: 300 * time.Millisecond}
+		args := `{"record_id":"` + Key("WD") + `"}`
+		first := make(chan *airlock.Answer, 1)
+		go func() {
+			a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+			if err != nil {
+				t.Error(err)
+			}
+			first <- a
+		}()
+		waitExecutions(t, &c, 1)
+		a2, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		a1 := <-first
+		if a2.Status != airlock.StatusSucceeded || !a2.Repeat || string(a2.Result) != string(a1.Result) || c.n.Load() != 1 {
+			t.Fatalf("waiting repeat: %+v (first %+v), executions %d", a2, a1, c.n.Load())
+		}
+	})
+
+	t.Run("RunningRepeatPastRepeatWaitIsInProgress", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		wait := airlock.NewDuration(50 * time.Millisecond)
+		tool.RepeatWait = &wait
+		c := counter{delay: 700 * time.Millisecond}
+		args := `{"record_id":"` + Key("WD") + `"}`
+		go func() { _, _ = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn) }()
+		waitExecutions(t, &c, 1)
+		a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusInProgress || !a.Repeat || !strings.Contains(a.Message, "must not be redone") {
+			t.Fatalf("answer past repeat_wait: %+v", a)
+		}
+		b.guard.Wait()
+		a, err = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusSucceeded || !a.Repeat || c.n.Load() != 1 {
+			t.Fatalf("after completion: %+v, executions %d", a, c.n.Load())
+		}
+	})
+
+	t.Run("OutcomeUnknownGoesInDoubt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever") // does not honour keys
+		c := counter{outcome: airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: errors.New("upstream timed out")}}
+		args := `{"record_id":"` + Key("WD") + `"}`
+		a1, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		a2, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a1.Status != airlock.StatusInDoubt || a2.Status != airlock.StatusInDoubt || !a2.Repeat || !strings.Contains(a2.Message, "Do not retry") {
+			t.Fatalf("in doubt: first %+v, repeat %+v", a1, a2)
+		}
+		if c.n.Load() != 1 {
+			t.Fatalf("an in-doubt call was retried: executions %d", c.n.Load())
+		}
+		rec, err := b.store.Get(b.ctx, a1.Key)
+		must(t, err)
+		if rec.State != airlock.StateInDoubt || !strings.Contains(rec.Note, "upstream timed out") {
+			t.Fatalf("record: %+v", rec)
+		}
+	})
+
+	t.Run("OutcomeUnknownIsRedrivenWhenKeysAreHonoured", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, &airlock.GuardConfig{CacheSize: cacheSize, RetryBackoff: time.Millisecond})
+		tool := Tool("approve", "forever")
+		tool.HonorsKey = true
+		var n atomic.Int64
+		keys := make(chan string, 8)
+		fn := func(ctx context.Context, key string) airlock.Outcome {
+			keys <- key
+			if n.Add(1) < 3 {
+				return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: errors.New("503")}
+			}
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`"done"`)}
+		}
+		a, err := b.guard.Do(b.ctx, call(tool, `{"record_id":"`+Key("WD")+`"}`, "r"), fn)
+		must(t, err)
+		if a.Status != airlock.StatusSucceeded || n.Load() != 3 {
+			t.Fatalf("re-driven: %+v after %d attempts", a, n.Load())
+		}
+		close(keys)
+		for k := range keys {
+			if k != a.Key {
+				t.Fatalf("re-drive used key %q, want the same key %q", k, a.Key)
+			}
+		}
+	})
+
+	t.Run("NotSentReleasesTheClaim", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		args := `{"record_id":"` + Key("WD") + `"}`
+		c := counter{outcome: airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: errors.New("connection refused")}}
+		_, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		if !errors.Is(err, airlock.ErrNotSent) || !strings.Contains(err.Error(), "Nothing was done") {
+			t.Fatalf("not sent: %v", err)
+		}
+		var ok counter
+		a, err := b.guard.Do(b.ctx, call(tool, args, "r"), ok.fn)
+		must(t, err)
+		if a.Status != airlock.StatusSucceeded || a.Repeat || ok.n.Load() != 1 {
+			t.Fatalf("after not sent, the next call must run: %+v", a)
+		}
+	})
+
+	t.Run("MismatchReplayNamesTheFields", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		var c counter
+		id := Key("WD")
+		a1, err := b.guard.Do(b.ctx, call(tool, `{"record_id":"`+id+`","amount":100,"payee":{"account":"1","name":"A"}}`, "r"), c.fn)
+		must(t, err)
+		a2, err := b.guard.Do(b.ctx, call(tool, `{"record_id":"`+id+`","amount":900,"payee":{"account":"1","name":"B"},"memo":"x"}`, "r"), c.fn)
+		must(t, err)
+		if !a2.Repeat || string(a2.Result) != string(a1.Result) || a2.Conflict == nil ||
+			strings.Join(a2.Conflict.Fields, ",") != "amount,memo,payee.name" || c.n.Load() != 1 {
+			t.Fatalf("mismatch: %+v conflict %+v", a2, a2.Conflict)
+		}
+	})
+
+	t.Run("MismatchReject", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		tool.OnMismatch = airlock.MismatchReject
+		var c counter
+		id := Key("WD")
+		_, err := b.guard.Do(b.ctx, call(tool, `{"record_id":"`+id+`","amount":100}`, "r"), c.fn)
+		must(t, err)
+		_, err = b.guard.Do(b.ctx, call(tool, `{"record_id":"`+id+`","amount":900}`, "r"), c.fn)
+		var e *airlock.Error
+		if !errors.As(err, &e) || e.Code != airlock.CodeArgumentsMismatch || e.Field != "amount" || c.n.Load() != 1 {
+			t.Fatalf("reject: %v", err)
+		}
+	})
+
+	t.Run("CallerGivingUpDoesNotCancelTheSideEffect", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		c := counter{delay: 300 * time.Millisecond}
+		args := `{"record_id":"` + Key("WD") + `"}`
+		ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
+		defer cancel()
+		a, err := b.guard.Do(ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusInProgress || a.Repeat {
+			t.Fatalf("caller timeout: %+v", a)
+		}
+		b.guard.Wait()
+		a, err = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusSucceeded || !a.Repeat || c.n.Load() != 1 {
+			t.Fatalf("after the caller gave up: %+v, executions %d", a, c.n.Load())
+		}
+	})
+
+	t.Run("RespondWithin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		rw := airlock.NewDuration(50 * time.Millisecond)
+		tool.RespondWithin = &rw
+		c := counter{delay: 300 * time.Millisecond}
+		args := `{"record_id":"` + Key("WD") + `"}`
+		start := time.Now()
+		a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusInProgress || time.Since(start) > 250*time.Millisecond {
+			t.Fatalf("respond_within: %+v after %v", a, time.Since(start))
+		}
+		b.guard.Wait()
+		a, err = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusSucceeded || !a.Repeat || c.n.Load() != 1 {
+			t.Fatalf("after respond_within: %+v", a)
+		}
+	})
+
+	t.Run("BadInputRunsNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		runTool := Tool("approve_run", "run")
+		var c counter
+		for _, tc := range []struct {
+			name  string
+			tool  *airlock.Tool
+			args  string
+			run   string
+			code  airlock.Code
+			field string
+		}{
+			{"missing field", tool, `{"amount":1}`, "r", airlock.CodeMissingField, "record_id"},
+			{"empty field", tool, `{"record_id":"   "}`, "r", airlock.CodeMissingField, "record_id"},
+			{"null field", tool, `{"record_id":null}`, "r", airlock.CodeMissingField, "record_id"},
+			{"object field", tool, `{"record_id":{"a":1}}`, "r", airlock.CodeInvalidArgument, "record_id"},
+			{"malformed JSON", tool, `{"record_id":`, "r", airlock.CodeInvalidArgument, "args"},
+			{"not an object", tool, `[1,2]`, "r", airlock.CodeInvalidArgument, "args"},
+			{"run window without run", runTool, `{"record_id":"A"}`, "", airlock.CodeMissingField, "run_id"},
+		} {
+			_, err := b.guard.Do(b.ctx, call(tc.tool, tc.args, tc.run), c.fn)
+			var e *airlock.Error
+			if !errors.As(err, &e) || e.Code != tc.code || e.Field != tc.field || !strings.Contains(e.Message, "nothing was executed") && tc.field != "args" {
+				t.Errorf("%s: got %v (%+v), want code %s field %s", tc.name, err, e, tc.code, tc.field)
+			}
+		}
+		if c.n.Load() != 0 {
+			t.Fatalf("bad input executed %d times", c.n.Load())
+		}
+	})
+}
+
+func waitExecutions(t *testing.T, c *counter, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.n.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("side effect did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func runGuardLifecycle(t *testing.T, newStore NewStore) {
+	t.Run("StoreDownRefusesAndRunsNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		g := airlock.NewGuard(s, nil)
+		defer g.Close()
+		must(t, s.Close())
+		var c counter
+		_, err := g.Do(context.Background(), call(Tool("approve", "forever"), `{"record_id":"A"}`, "r"), c.fn)
+		if !errors.Is(err, airlock.ErrStoreUnavailable) || c.n.Load() != 0 {
+			t.Fatalf("store down: err %v, executions %d", err, c.n.Load())
+		}
+	})
+
+	t.Run("ExpiredLeaseGoesInDoubtThenSettle", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool := Tool("approve", "forever")
+		for _, happened := range []bool{true, false} {
+			args := `{"record_id":"` + Key("WD") + `"}`
+			d, _, err := b.guard.Derive(call(tool, args, "r"))
+			must(t, err)
+			// A process claimed and died: its lease ran out a second ago.
+			now := time.Now()
+			_, _, err = b.store.Claim(b.ctx, &airlock.Claim{Key: d.Key, Tool: tool.Name, RunID: "r", WindowID: "forever",
+				Args: json.RawMessage(args), ArgsHash: airlock.ArgsHash([]byte(args)), Owner: "dead", Now: now.Add(-time.Minute), LeaseUntil: now.Add(-time.Second)})
+			must(t, err)
+			st, err := b.guard.Reap(b.ctx)
+			must(t, err)
+			if st.InDoubt < 1 {
+				t.Fatalf("reaper: %+v", st)
+			}
+			var c counter
+			a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+			must(t, err)
+			if a.Status != airlock.StatusInDoubt || !a.Repeat || c.n.Load() != 0 {
+				t.Fatalf("repeat of an in-doubt record: %+v, executions %d", a, c.n.Load())
+			}
+			rec, err := b.guard.Settle(b.ctx, d.Key, happened, json.RawMessage(`{"settled":true}`), "alice")
+			must(t, err)
+			a, err = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+			must(t, err)
+			if happened {
+				if rec.State != airlock.StateSucceeded || a.Status != airlock.StatusSucceeded || !a.Repeat || string(a.Result) != `{"settled":true}` || c.n.Load() != 0 {
+					t.Fatalf("settled as happened: %+v, executions %d", a, c.n.Load())
+				}
+			} else if a.Status != airlock.StatusSucceeded || a.Repeat || c.n.Load() != 1 {
+				t.Fatalf("settled as not happened, the next call must run: %+v, executions %d", a, c.n.Load())
+			}
+		}
+	})
+
+	t.Run("ReaperRedrivesWhenKeysAreHonoured", func(t *testing.T) {
+		t.Parallel()
+		tool := Tool("approve", "forever")
+		tool.HonorsKey = true
+		var c counter
+		b := setup(t, newStore, &airlock.GuardConfig{Redrive: func(rec *airlock.Record) (*airlock.Tool, airlock.SideEffect, bool) {
+			return tool, c.fn, rec.Tool == tool.Name
+		}})
+		args := `{"record_id":"` + Key("WD") + `"}`
+		d, _, err := b.guard.Derive(call(tool, args, "r"))
+		must(t, err)
+		now := time.Now()
+		_, _, err = b.store.Claim(b.ctx, &airlock.Claim{Key: d.Key, Tool: tool.Name, RunID: "r", WindowID: "forever",
+			Args: json.RawMessage(args), ArgsHash: airlock.ArgsHash([]byte(args)), Owner: "dead", Now: now, LeaseUntil: now.Add(-time.Second)})
+		must(t, err)
+		st, err := b.guard.Reap(b.ctx)
+		must(t, err)
+		b.guard.Wait()
+		rec, err := b.store.Get(b.ctx, d.Key)
+		must(t, err)
+		if st.Redriven != 1 || rec.State != airlock.StateSucceeded || rec.Attempts != 2 || c.n.Load() != 1 {
+			t.Fatalf("re-drive: stats %+v record %+v executions %d", st, rec, c.n.Load())
+		}
+	})
+
+	t.Run("WindowBoundaryAndGrace", func(t *testing.T) {
+		t.Parallel()
+		ny, _ := time.LoadLocation("America/New_York")
+		clock := NewFakeClock(time.Date(2026, 9, 17, 16, 59, 59, 0, ny)) // Thursday
+		b := setup(t, newStore, &airlock.GuardConfig{Clock: clock})
+		tool := Tool("approve", "business_day")
+		cal := &airlock.Calendar{Timezone: airlock.NewTimezone("America/New_York"), Cutoff: &airlock.ClockTime{Minutes: 17 * 60}}
+		var c counter
+		id := Key("WD")
+		do := func(at time.Time, run string) *airlock.Answer {
+			clock.Set(at)
+			a, err := b.guard.Do(b.ctx, &airlock.Call{Tool: tool, Calendar: cal, Args: json.RawMessage(`{"record_id":"` + id + `"}`), RunID: run}, c.fn)
+			must(t, err)
+			return a
+		}
+		first := do(time.Date(2026, 9, 17, 16, 59, 59, 0, ny), "run-a")
+		if first.Repeat || c.n.Load() != 1 {
+			t.Fatalf("first: %+v", first)
+		}
+		if a := do(time.Date(2026, 9, 17, 17, 0, 5, 0, ny), "run-a"); !a.Repeat || a.Key != first.Key {
+			t.Fatalf("same run within grace after the cutoff must be a repeat: %+v", a)
+		}
+		if a := do(time.Date(2026, 9, 17, 17, 0, 6, 0, ny), "run-b"); a.Repeat {
+			t.Fatalf("another run after the cutoff is new work: %+v", a)
+		}
+		if c.n.Load() != 2 {
+			t.Fatalf("executions %d, want 2", c.n.Load())
+		}
+		if a := do(time.Date(2026, 9, 18, 10, 0, 0, 0, ny), "run-a"); !a.Repeat {
+			t.Fatalf("run-a on Friday morning repeats run-b's Friday work: %+v", a)
+		}
+		if a := do(time.Date(2026, 9, 18, 17, 10, 1, 0, ny), "run-c"); a.Repeat || c.n.Load() != 3 {
+			t.Fatalf("past grace, a new business day is new work: %+v", a)
+		}
+	})
+
+	t.Run("ReapPurgesPastRetention", func(t *testing.T) {
+		t.Parallel()
+		clock := NewFakeClock(time.Now())
+		b := setup(t, newStore, &airlock.GuardConfig{Clock: clock, Retention: time.Hour})
+		tool := Tool("approve", "24h")
+		var c counter
+		a, err := b.guard.Do(b.ctx, call(tool, `{"record_id":"`+Key("WD")+`"}`, "r"), c.fn)
+		must(t, err)
+		clock.Set(clock.Now().Add(26 * time.Hour))
+		st, err := b.guard.Reap(b.ctx)
+		must(t, err)
+		if _, err := b.store.Get(b.ctx, a.Key); !errors.Is(err, airlock.ErrNotFound) || st.Purged < 1 {
+			t.Fatalf("not purged: %v %+v", err, st)
+		}
+	})
+}
+
+func runConcurrency(t *testing.T, newStore NewStore) {
+	t.Run("64GoroutinesOneKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool := Tool("approve", "forever")
+		c := counter{delay: 20 * time.Millisecond}
+		args := `{"record_id":"` + Key("WD") + `"}`
+		var wg sync.WaitGroup
+		answers := make([]*airlock.Answer, 64)
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				answers[i] = a
+			}()
+		}
+		wg.Wait()
+		if c.n.Load() != 1 {
+			t.Fatalf("executions = %d, want 1", c.n.Load())
+		}
+		firsts := 0
+		for _, a := range answers {
+			if a == nil || a.Status != airlock.StatusSucceeded {
+				t.Fatalf("answer %+v", a)
+			}
+			if !a.Repeat {
+				firsts++
+			}
+		}
+		if firsts != 1 {
+			t.Fatalf("%d answers not marked repeat, want 1", firsts)
+		}
+	})
+
+	t.Run("200KeysBy16Goroutines", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool := Tool("approve", "forever")
+		var mu sync.Mutex
+		perKey := map[string]int{}
+		fn := func(ctx context.Context, key string) airlock.Outcome {
+			mu.Lock()
+			perKey[key]++
+			mu.Unlock()
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`1`)}
+		}
+		prefix := Key("K")
+		var wg sync.WaitGroup
+		for k := range 200 {
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := b.guard.Do(b.ctx, call(tool, fmt.Sprintf(`{"record_id":"%s-%d"}`, prefix, k), "r"), fn); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if len(perKey) != 200 {
+			t.Fatalf("%d keys executed, want 200", len(perKey))
+		}
+		for k, n := range perKey {
+			if n != 1 {
+				t.Fatalf("key %s executed %d times", k, n)
+			}
+		}
+	})
+}

@@ -1,0 +1,325 @@
+// Package storetest is the conformance suite every airlock store driver
+// passes: the store's own contract and the guarded call's behaviours
+// (DESIGN §2.2) on top of it. A driver's tests call Run with a function
+// that makes a fresh, migrated, empty store.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock"
+)
+
+// NewStore returns a fresh, migrated, empty store; it is closed by the test's cleanup.
+type NewStore func(t testing.TB) airlock.Store
+
+// Run runs the whole suite.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("Store", func(t *testing.T) { t.Parallel(); runStore(t, newStore) })
+	t.Run("Guard", func(t *testing.T) { t.Parallel(); runGuard(t, newStore) })
+	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); runConcurrency(t, newStore) })
+}
+
+var keySeq atomic.Int64
+
+// Key returns a key unique within this process.
+func Key(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), keySeq.Add(1))
+}
+
+func claimOf(key, owner string, now time.Time, lease time.Duration) *airlock.Claim {
+	return &airlock.Claim{
+		Key: key, Tool: "approve_withdrawal", RunID: "run-1", WindowID: "forever",
+		Args: json.RawMessage(`{"record_id":"WD-1"}`), ArgsHash: "h1", Owner: owner,
+		Now: now, LeaseUntil: now.Add(lease), ExpiresAt: now.Add(time.Hour),
+	}
+}
+
+func runStore(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+
+	t.Run("ClaimIsUnique", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		key := Key("claim")
+		rec, claimed, err := s.Claim(ctx, claimOf(key, "o1", now, time.Minute))
+		must(t, err)
+		if !claimed || rec.State != airlock.StateRunning || rec.Owner != "o1" {
+			t.Fatalf("first claim: claimed=%v rec=%+v", claimed, rec)
+		}
+		rec, claimed, err = s.Claim(ctx, claimOf(key, "o2", now, time.Minute))
+		must(t, err)
+		if claimed || rec.Owner != "o1" || rec.State != airlock.StateRunning {
+			t.Fatalf("second claim: claimed=%v rec=%+v", claimed, rec)
+		}
+		got, err := s.Get(ctx, key)
+		must(t, err)
+		if string(got.Args) != `{"record_id":"WD-1"}` || got.ArgsHash != "h1" || got.RunID != "run-1" || got.Tool != "approve_withdrawal" {
+			t.Fatalf("Get: %+v", got)
+		}
+		if !got.LeaseUntil.Equal(now.Add(time.Minute)) || !got.ExpiresAt.Equal(now.Add(time.Hour)) {
+			t.Fatalf("times: lease %v expires %v", got.LeaseUntil, got.ExpiresAt)
+		}
+	})
+
+	t.Run("GetMissing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		if _, err := s.Get(ctx, Key("none")); !errors.Is(err, airlock.ErrNotFound) {
+			t.Fatalf("Get missing: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("CompleteIsConditionalOnOwner", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		key := Key("complete")
+		_, _, err := s.Claim(ctx, claimOf(key, "o1", now, time.Minute))
+		must(t, err)
+		err = s.Complete(ctx, &airlock.Completion{Key: key, Owner: "intruder", State: airlock.StateSucceeded, Result: json.RawMessage(`1`), Now: now})
+		if !errors.Is(err, airlock.ErrLeaseLost) {
+			t.Fatalf("complete by another owner: %v, want ErrLeaseLost", err)
+		}
+		must(t, s.Complete(ctx, &airlock.Completion{Key: key, Owner: "o1", State: airlock.StateSucceeded, Result: json.RawMessage(`{"ok":true}`), Now: now}))
+		err = s.Complete(ctx, &airlock.Completion{Key: key, Owner: "o1", State: airlock.StateFailed, Now: now})
+		if !errors.Is(err, airlock.ErrLeaseLost) {
+			t.Fatalf("second complete: %v, want ErrLeaseLost", err)
+		}
+		got, err := s.Get(ctx, key)
+		must(t, err)
+		if got.State != airlock.StateSucceeded || string(got.Result) != `{"ok":true}` {
+			t.Fatalf("after complete: %+v", got)
+		}
+	})
+
+	t.Run("ReleaseFreesTheKey", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		key := Key("release")
+		_, _, err := s.Claim(ctx, claimOf(key, "o1", now, time.Minute))
+		must(t, err)
+		if err := s.Release(ctx, key, "o2"); !errors.Is(err, airlock.ErrLeaseLost) {
+			t.Fatalf("release by another owner: %v", err)
+		}
+		must(t, s.Release(ctx, key, "o1"))
+		_, claimed, err := s.Claim(ctx, claimOf(key, "o3", now, time.Minute))
+		must(t, err)
+		if !claimed {
+			t.Fatal("key not free after release")
+		}
+	})
+
+	t.Run("HeartbeatExtendsTheLease", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		key := Key("beat")
+		_, _, err := s.Claim(ctx, claimOf(key, "o1", now, time.Second))
+		must(t, err)
+		must(t, s.Heartbeat(ctx, key, "o1", now.Add(time.Hour)))
+		if err := s.Heartbeat(ctx, key, "o2", now.Add(time.Hour)); !errors.Is(err, airlock.ErrLeaseLost) {
+			t.Fatalf("heartbeat by another owner: %v", err)
+		}
+		recs, err := s.ExpiredLeases(ctx, now.Add(time.Minute), 10)
+		must(t, err)
+		for _, r := range recs {
+			if r.Key == key {
+				t.Fatal("a heartbeated lease is listed as expired")
+			}
+		}
+	})
+
+	t.Run("ExpiredLeasesAndReaping", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		key := Key("expire")
+		_, _, err := s.Claim(ctx, claimOf(key, "dead", now, time.Second))
+		must(t, err)
+		ok, err := s.ExpireLease(ctx, key, now, "too early")
+		must(t, err)
+		if ok {
+			t.Fatal("a live lease was expired")
+		}
+		later := now.Add(time.Minute)
+		recs, err := s.ExpiredLeases(ctx, later, 1000)
+		must(t, err)
+		if !containsKey(recs, key) {
+			t.Fatal("expired lease not listed")
+		}
+		// Two replicas reap at once: exactly one wins.
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := s.ExpireLease(ctx, key, later, "lease expired")
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					wins.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d reapers won, want 1", wins.Load())
+		}
+		got, err := s.Get(ctx, key)
+		must(t, err)
+		if got.State != airlock.StateInDoubt || got.Note != "lease expired" {
+			t.Fatalf("after reaping: %+v", got)
+		}
+	})
+
+	t.Run("TakeOverOnce", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		key := Key("takeover")
+		_, _, err := s.Claim(ctx, claimOf(key, "dead", now, time.Second))
+		must(t, err)
+		if _, ok, err := s.TakeOver(ctx, key, "early", now, now.Add(time.Minute)); err != nil || ok {
+			t.Fatalf("take over a live lease: ok=%v err=%v", ok, err)
+		}
+		later := now.Add(time.Minute)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rec, ok, err := s.TakeOver(ctx, key, fmt.Sprintf("r%d", i), later, later.Add(time.Minute))
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					wins.Add(1)
+					if rec.Attempts != 2 {
+						t.Errorf("attempts after take-over = %d, want 2", rec.Attempts)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d take-overs won, want 1", wins.Load())
+		}
+	})
+
+	t.Run("Settle", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		doubt := func() string {
+			key := Key("settle")
+			_, _, err := s.Claim(ctx, claimOf(key, "o", now, time.Minute))
+			must(t, err)
+			must(t, s.Complete(ctx, &airlock.Completion{Key: key, Owner: "o", State: airlock.StateInDoubt, Note: "timeout", Now: now}))
+			return key
+		}
+		k1 := doubt()
+		rec, err := s.Settle(ctx, &airlock.Settlement{Key: k1, Happened: true, Result: json.RawMessage(`{"id":7}`), Note: "alice: ledger shows it", Now: now})
+		must(t, err)
+		if rec.State != airlock.StateSucceeded || string(rec.Result) != `{"id":7}` {
+			t.Fatalf("settled happened: %+v", rec)
+		}
+		if _, err := s.Settle(ctx, &airlock.Settlement{Key: k1, Happened: false, Now: now}); !errors.Is(err, airlock.ErrStateConflict) {
+			t.Fatalf("settle a succeeded record: %v, want ErrStateConflict", err)
+		}
+		k2 := doubt()
+		rec, err = s.Settle(ctx, &airlock.Settlement{Key: k2, Happened: false, Note: "bob: not in ledger", Now: now})
+		must(t, err)
+		if rec.State != airlock.StateReleased {
+			t.Fatalf("settled not happened: state %s", rec.State)
+		}
+		if _, err := s.Get(ctx, k2); !errors.Is(err, airlock.ErrNotFound) {
+			t.Fatalf("a record settled as not happened still exists: %v", err)
+		}
+		if _, err := s.Settle(ctx, &airlock.Settlement{Key: Key("nope"), Now: now}); !errors.Is(err, airlock.ErrNotFound) {
+			t.Fatalf("settle a missing record: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("Purge", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		done, running, forever := Key("old"), Key("running"), Key("forever")
+		for _, k := range []string{done, running} {
+			_, _, err := s.Claim(ctx, claimOf(k, "o", now, time.Minute))
+			must(t, err)
+		}
+		c := claimOf(forever, "o", now, time.Minute)
+		c.ExpiresAt = time.Time{}
+		_, _, err := s.Claim(ctx, c)
+		must(t, err)
+		for _, k := range []string{done, forever} {
+			must(t, s.Complete(ctx, &airlock.Completion{Key: k, Owner: "o", State: airlock.StateSucceeded, Result: json.RawMessage(`1`), Now: now}))
+		}
+		n, err := s.Purge(ctx, now.Add(2*time.Hour), 100)
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("purged %d, want 1", n)
+		}
+		if _, err := s.Get(ctx, done); !errors.Is(err, airlock.ErrNotFound) {
+			t.Fatal("expired record not purged")
+		}
+		for _, k := range []string{running, forever} {
+			if _, err := s.Get(ctx, k); err != nil {
+				t.Fatalf("record %s purged: %v", k, err)
+			}
+		}
+	})
+
+	t.Run("SubscribeReportsCompletions", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		key := Key("sub")
+		got := make(chan string, 16)
+		cancel := s.Subscribe(func(k string) {
+			if k == key {
+				got <- k
+			}
+		})
+		defer cancel()
+		_, _, err := s.Claim(ctx, claimOf(key, "o", now, time.Minute))
+		must(t, err)
+		// Give a listener connection time to start.
+		time.Sleep(200 * time.Millisecond)
+		must(t, s.Complete(ctx, &airlock.Completion{Key: key, Owner: "o", State: airlock.StateSucceeded, Result: json.RawMessage(`1`), Now: now}))
+		select {
+		case <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no notification of the completion")
+		}
+	})
+
+	t.Run("MigrateTwiceAndPing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		must(t, s.Migrate(ctx))
+		must(t, s.Ping(ctx))
+	})
+}
+
+func containsKey(recs []*airlock.Record, key string) bool {
+	for _, r := range recs {
+		if r.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
