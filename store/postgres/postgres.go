@@ -146,17 +146,18 @@ func (s *Store) startListener() {
 }
 
 func (s *Store) listen(ctx context.Context) error {
-	conn, err := s.pool.Acquire(ctx)
+	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	// A LISTEN connection must not go back to the pool.
-	defer conn.Hijack().Close(context.Background())
+	conn := pooled.Hijack()
+	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		return err
 	}
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}

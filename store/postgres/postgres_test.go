@@ -1,0 +1,34 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/testdb"
+	"github.com/airlockhq/airlock/store/postgres"
+	"github.com/airlockhq/airlock/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newStore(t testing.TB) airlock.Store {
+	t.Helper()
+	dsn := testdb.Schema(t)
+	s, err := postgres.Open(context.Background(), dsn, &postgres.Config{MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, newStore)
+}
