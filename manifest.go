@@ -3,6 +3,7 @@ package airlock
 import (
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"regexp"
 	"slices"
@@ -38,6 +39,12 @@ type Manifest struct {
 	Auth      Auth                `yaml:"auth" json:"auth"`
 	Upstreams map[string]Upstream `yaml:"upstreams" json:"upstreams,omitempty"`
 	Tools     []*Tool             `yaml:"tools" json:"tools"`
+
+	// Source is the file the manifest came from, for messages; set by the loader.
+	Source string `yaml:"-" json:"-"`
+	// Files reads files the manifest names (rule tests), relative to the
+	// manifest's directory; set by the loader, nil for a manifest built in code.
+	Files fs.FS `yaml:"-" json:"-"`
 
 	byName map[string]*Tool
 }

@@ -1,0 +1,148 @@
+package manifest_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
+)
+
+func TestExampleLoads(t *testing.T) {
+	t.Parallel()
+	m, err := manifest.Example()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := m.Tool("approve_withdrawal")
+	if tool == nil || tool.Kind != airlock.KindIrreversible || !tool.HonorsKey {
+		t.Fatalf("approve_withdrawal: %+v", tool)
+	}
+	if m.Files == nil {
+		t.Fatal("Files not set")
+	}
+}
+
+const good = `version: 1
+calendar: {timezone: America/New_York, cutoff: "17:00"}
+tools:
+  - name: get_withdrawal
+    kind: read
+    input_schema: {type: object, properties: {record_id: {type: string}}}
+  - name: approve_withdrawal
+    kind: write
+    input_schema: {type: object, properties: {record_id: {type: string}}}
+    natural_key: [{field: record_id, normalize: [trim, upper]}]
+    window: business_day
+    answers:
+      undo: "No."
+      approver: "Automatic."
+      on_repeat: "The first result."
+`
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		old   string // replaced in good
+		new   string
+		place string // expected Place
+		want  []string
+	}{
+		{"missing undo answer", `      undo: "No."` + "\n", "", "test.yaml:13:7",
+			[]string{"tools[1].answers.undo", "approve_withdrawal", `"can it be undone"`}},
+		{"missing approver answer", `      approver: "Automatic."` + "\n", "", "test.yaml:",
+			[]string{"approve_withdrawal", `"who approves it"`}},
+		{"missing on_repeat answer", `      on_repeat: "The first result."` + "\n", "", "test.yaml:",
+			[]string{"approve_withdrawal", `"what happens if it repeats"`}},
+		{"unknown field", "    window: business_day\n", "    window: business_day\n    windw: 1h\n", "test.yaml:12:5",
+			[]string{`unknown field "windw"`, "a tool"}},
+		{"unknown top-level field", "version: 1\n", "version: 1\nvesion: 2\n", "test.yaml:2:1",
+			[]string{`unknown field "vesion"`}},
+		{"bad duration", "    window: business_day\n", "    window: business_day\n    grace: 10 minutes\n", "test.yaml:12:12",
+			[]string{"tools[1].grace", "10 minutes"}},
+		{"bad window", "window: business_day", "window: fortnightly", "test.yaml:11:13",
+			[]string{"tools[1].window", "fortnightly"}},
+		{"unknown normalizer", "[trim, upper]", "[trim, uppercase]", "test.yaml:10:56",
+			[]string{"tools[1].natural_key[0].normalize[1]", `"uppercase" is not a normalizer`, "trim, upper"}},
+		{"natural key field not in schema", "natural_key: [{field: record_id", "natural_key: [{field: recordid", "test.yaml:10:27",
+			[]string{"tools[1].natural_key[0].field", `"recordid" is not in the input schema`}},
+		{"bad cutoff", `cutoff: "17:00"`, `cutoff: "5pm"`, "test.yaml:2:",
+			[]string{"calendar.cutoff", "5pm"}},
+		{"bad timezone", "America/New_York", "Mars/Olympus", "test.yaml:2:",
+			[]string{"calendar.timezone", "Mars/Olympus"}},
+		{"wrong type", "version: 1", "version: one", "test.yaml:1",
+			[]string{"wrong type", "whole number"}},
+		{"bad kind", "kind: write", "kind: dangerous", "test.yaml:8:11",
+			[]string{"tools[1].kind", "read, write or irreversible"}},
+		{"syntax", "tools:\n", "tools: [\n", "test.yaml:",
+			[]string{"YAML syntax"}},
+		{"missing window", "    window: business_day\n", "", "test.yaml:7:5",
+			[]string{"tools[1].window", "required"}},
+		{"bad on_mismatch", "    window: business_day\n", "    window: business_day\n    on_mismatch: ignore\n", "test.yaml:12:18",
+			[]string{"on_mismatch", "replay or reject"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			src := good
+			if !strings.Contains(src, tc.old) {
+				t.Fatalf("test case does not apply: %q not in the manifest", tc.old)
+			}
+			src = strings.Replace(src, tc.old, tc.new, 1)
+			_, err := manifest.Parse([]byte(src), "test.yaml")
+			var ve *airlock.ValidationError
+			if !errors.As(err, &ve) || !errors.Is(err, airlock.ErrInvalidManifest) {
+				t.Fatalf("got %v, want a ValidationError", err)
+			}
+			found := false
+			for _, p := range ve.Problems {
+				s := p.String()
+				all := strings.HasPrefix(p.Place, tc.place)
+				for _, w := range tc.want {
+					all = all && strings.Contains(s, w)
+				}
+				found = found || all
+			}
+			if !found {
+				t.Fatalf("no problem at %s containing %q in:\n%v", tc.place, tc.want, err)
+			}
+		})
+	}
+}
+
+func TestParseGood(t *testing.T) {
+	t.Parallel()
+	m, err := manifest.Parse([]byte(good), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Tool("approve_withdrawal").OnMismatch; got != airlock.MismatchReplay {
+		t.Fatalf("on_mismatch default: %q", got)
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	t.Parallel()
+	if _, err := manifest.Parse(nil, "empty.yaml"); !errors.Is(err, airlock.ErrInvalidManifest) {
+		t.Fatalf("empty: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte("version: 1\ntools: [{name: x, kind: read}]\n"))
+	f.Add([]byte("tools: [\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := manifest.Parse(data, "fuzz.yaml")
+		if err == nil {
+			if m == nil || m.Validate() != nil {
+				t.Fatal("accepted manifest does not validate")
+			}
+			return
+		}
+		if !errors.Is(err, airlock.ErrInvalidManifest) {
+			t.Fatalf("error is not ErrInvalidManifest: %v", err)
+		}
+	})
+}
