@@ -499,6 +499,10 @@ func (g *Guard) waitFinal(ctx context.Context, key string, wait time.Duration, d
 	defer poll.Stop()
 	timeout := time.NewTimer(time.Until(end))
 	defer timeout.Stop()
+	if err := g.store.Watch(ctx, key); err != nil {
+		// Polling still finds the result; only the wake-up is lost.
+		g.log.Warn("airlock: watching a running record failed; polling instead", "key", key, "err", err)
+	}
 	for {
 		rec, err := g.get(ctx, key)
 		switch {

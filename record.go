@@ -112,6 +112,11 @@ type Store interface {
 	// as soon as the driver learns of it (in this process, and from other
 	// processes where the database can tell). It returns the cancel func.
 	Subscribe(fn func(key string)) (cancel func())
+	// Watch says that a waiter wants to hear when the running record with
+	// key leaves running. Drivers that announce completions to other
+	// processes only for watched records (PostgreSQL) mark it; others do
+	// nothing. Subscribe must already be active.
+	Watch(ctx context.Context, key string) error
 	// PollInterval is how often a waiter re-reads a running record, for
 	// changes that Subscribe cannot report.
 	PollInterval() time.Duration

@@ -33,6 +33,12 @@ type Config struct {
 	// PollInterval is how often waiters re-read a running record in case a
 	// notification was missed (while the listener reconnects). Default 1s.
 	PollInterval time.Duration
+	// Writers is how many connections send batched claims and completions
+	// at once. Default 4.
+	Writers int
+	// MaxBatch bounds the claims and completions sent in one statement.
+	// Default 128.
+	MaxBatch int
 }
 
 // Store is the PostgreSQL store.
@@ -47,7 +53,17 @@ type Store struct {
 	listenOn bool
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
+
+	claims      chan *claimOp
+	completes   chan *completeOp
+	stopWriters chan struct{}
+	writers     sync.WaitGroup
+	closeOnce   sync.Once
+	closeMu     sync.RWMutex
+	closed      bool
 }
+
+var errClosed = errors.New("postgres: store closed")
 
 // Open connects to the database at dsn (postgres://...).
 func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
@@ -71,6 +87,14 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if s.poll <= 0 {
 		s.poll = time.Second
 	}
+	writers, batch := cfg.Writers, cfg.MaxBatch
+	if writers <= 0 {
+		writers = 4
+	}
+	if batch <= 0 {
+		batch = 128
+	}
+	s.startWriters(writers, batch)
 	return s, nil
 }
 
@@ -79,6 +103,13 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Close stops the listener and closes the pool.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeMu.Lock()
+		s.closed = true
+		s.closeMu.Unlock()
+		close(s.stopWriters)
+		s.writers.Wait()
+	})
 	s.listenMu.Lock()
 	if s.stop != nil {
 		s.stop()

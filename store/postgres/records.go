@@ -57,32 +57,26 @@ func nullText(b []byte) *string {
 	return &s
 }
 
-// Claim implements airlock.Store: one statement inserts or, on conflict,
-// reads the existing row.
+// Claim implements airlock.Store. Concurrent claims share one INSERT
+// (group commit); a claim that finds the key taken reads the record.
 func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, bool, error) {
 	for {
-		var inserted bool
-		row := s.pool.QueryRow(ctx, `WITH ins AS (
-				INSERT INTO airlock_records (`+recordColumns+`)
-				VALUES ($1, $2, $3, $4, 'running', $5, $6, NULL, '', $7, $8, 1, $9, $9, $10)
-				ON CONFLICT (key) DO NOTHING
-				RETURNING key)
-			SELECT true FROM ins
-			UNION ALL
-			SELECT false WHERE NOT EXISTS (SELECT 1 FROM ins)`,
-			c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt))
-		if err := row.Scan(&inserted); err != nil {
+		o := &claimOp{c: c, done: make(chan claimResult, 1)}
+		if err := queue(ctx, s, s.claims, o); err != nil {
 			return nil, false, err
 		}
-		if inserted {
+		r := <-o.done
+		if r.err != nil {
+			return nil, false, r.err
+		}
+		if r.inserted {
 			return &airlock.Record{
 				Key: c.Key, Tool: c.Tool, RunID: c.RunID, WindowID: c.WindowID, State: airlock.StateRunning,
 				Args: c.Args, ArgsHash: c.ArgsHash, Owner: c.Owner, LeaseUntil: c.LeaseUntil, Attempts: 1,
 				CreatedAt: c.Now, UpdatedAt: c.Now, ExpiresAt: c.ExpiresAt,
 			}, true, nil
 		}
-		// The conflicting row is committed (ON CONFLICT waited for it); this
-		// statement's snapshot reads it.
+		// The conflicting row is committed (ON CONFLICT waited for it).
 		rec, err := s.Get(ctx, c.Key)
 		if err == airlock.ErrNotFound {
 			continue // released or settled as not happened meanwhile: claim again
@@ -94,13 +88,48 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 	}
 }
 
-// Complete implements airlock.Store; the NOTIFY goes out with the commit.
+// claimOne inserts one claim; false when the key is taken.
+func (s *Store) claimOne(ctx context.Context, c *airlock.Claim) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `INSERT INTO airlock_records (`+recordColumns+`)
+		VALUES ($1, $2, $3, $4, 'running', $5, $6, NULL, '', $7, $8, 1, $9, $9, $10)
+		ON CONFLICT (key) DO NOTHING`,
+		c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt))
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Complete implements airlock.Store. When a waiter has marked the record
+// (Watch), the NOTIFY goes out with the commit; otherwise no NOTIFY is
+// sent, because NOTIFY takes a database-wide lock at commit and would
+// serialise every completion.
 func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
-	return s.changeAndNotify(ctx, `WITH u AS (
+	o := &completeOp{c: c, done: make(chan error, 1)}
+	if err := queue(ctx, s, s.completes, o); err != nil {
+		return err
+	}
+	return <-o.done
+}
+
+func (s *Store) completeOne(ctx context.Context, c *airlock.Completion) error {
+	err := s.changeAndNotify(ctx, `WITH u AS (
 			UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
-			WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key)
-		SELECT pg_notify('`+channel+`', key) FROM u`,
+			WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters)
+		SELECT CASE WHEN waiters THEN pg_notify('`+channel+`', key) END FROM u`,
 		c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now)
+	if err == nil {
+		s.publish(c.Key)
+	}
+	return err
+}
+
+// Watch implements airlock.Store: it marks a running record so that its
+// completion is announced to every process.
+func (s *Store) Watch(ctx context.Context, key string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE airlock_records SET waiters = true
+		WHERE key = $1 AND state = 'running' AND NOT waiters`, key)
+	return err
 }
 
 // Release implements airlock.Store.

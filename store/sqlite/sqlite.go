@@ -273,6 +273,11 @@ func (s *Store) Subscribe(fn func(key string)) func() {
 // PollInterval implements airlock.Store.
 func (s *Store) PollInterval() time.Duration { return s.poll }
 
+// Watch implements airlock.Store. Completions in this process wake waiters
+// directly; other processes' completions are found by polling, so there is
+// nothing to mark.
+func (s *Store) Watch(context.Context, string) error { return nil }
+
 // Migrate implements airlock.Store.
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrations.Load(mustSub(migrationFiles, "migrations"))

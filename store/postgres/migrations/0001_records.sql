@@ -14,9 +14,12 @@ CREATE TABLE airlock_records (
     attempts    integer     NOT NULL DEFAULT 1,
     created_at  timestamptz NOT NULL,
     updated_at  timestamptz NOT NULL,
-    expires_at  timestamptz
+    expires_at  timestamptz,
+    -- waiters: a repeat in some process waits for this record; only then
+    -- does its completion NOTIFY (NOTIFY serialises commits, so it is not
+    -- paid by calls nobody waits for).
+    waiters     boolean     NOT NULL DEFAULT false
 );
 
 CREATE INDEX airlock_records_running ON airlock_records (lease_until) WHERE state = 'running';
 CREATE INDEX airlock_records_expires ON airlock_records (expires_at) WHERE state IN ('succeeded', 'failed');
-CREATE INDEX airlock_records_run ON airlock_records (run_id, tool);

@@ -1,0 +1,28 @@
+# airlock developer tasks. `make test` is the README's test command.
+GO ?= go
+
+.PHONY: test test-race test-postgres lint bench fuzz
+
+test:
+	$(GO) test ./...
+
+test-race:
+	$(GO) test -race ./...
+
+# Runs the PostgreSQL half too (needs a server; see docs/operations.md).
+test-postgres:
+	AIRLOCK_TEST_DATABASE_URL=$${AIRLOCK_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} \
+	AIRLOCK_TEST_REQUIRE_POSTGRES=1 $(GO) test -race ./...
+
+lint:
+	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "run gofmt -w ."; exit 1)
+	$(GO) vet ./...
+	@if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed; ran go vet only"; fi
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDeriveKey -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz FuzzParseArgs -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest

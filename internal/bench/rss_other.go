@@ -1,0 +1,5 @@
+//go:build !linux
+
+package bench
+
+func peakRSSMiB() float64 { return 0 }
