@@ -3,6 +3,8 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
+	"os"
+	"runtime/pprof"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,8 +24,20 @@ func cmdBench(e *env, args []string) int {
 	fs.StringVar(&cfg.KeySpace, "key-space", "", "a name that makes keys deterministic, so processes with the same flags contend for the same keys")
 	fs.StringVar(&cfg.Impl, "impl", "airlock", "airlock, or baseline: a plain claim-insert / update-result loop over the same driver")
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each side effect takes (default 0; race: 5ms)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail(e, "--cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(e, "--cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if err := cfg.Validate(); err != nil {
 		return fail(e, "%v", err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/airlockhq/airlock"
 )
 
@@ -78,12 +80,7 @@ func (s *Store) writer(maxBatch int) {
 				break fill
 			}
 		}
-		if len(completes) > 0 {
-			s.completeBatch(completes)
-		}
-		if len(claims) > 0 {
-			s.claimBatch(claims)
-		}
+		s.flush(claims, completes)
 	}
 }
 
@@ -104,139 +101,140 @@ func queue[T any](ctx context.Context, s *Store, ch chan T, op T) error {
 	}
 }
 
-func (s *Store) claimBatch(ops []*claimOp) {
-	ctx := context.Background()
-	// One op per key in a statement; later duplicates go in another.
-	slices.SortStableFunc(ops, func(a, b *claimOp) int { return strings.Compare(a.c.Key, b.c.Key) })
-	var rest []*claimOp
-	batch := ops[:0:0]
+// dedupe sorts ops by key and splits off later ops on a key already in the
+// batch: one statement must not touch a row twice.
+func dedupe[T any](ops []T, key func(T) string) (batch, rest []T) {
+	slices.SortStableFunc(ops, func(a, b T) int { return strings.Compare(key(a), key(b)) })
+	batch = ops[:0:0]
 	for i, o := range ops {
-		if i > 0 && o.c.Key == ops[i-1].c.Key {
+		if i > 0 && key(o) == key(ops[i-1]) {
 			rest = append(rest, o)
 			continue
 		}
 		batch = append(batch, o)
 	}
-	if len(batch) == 1 {
-		inserted, err := s.claimOne(ctx, batch[0].c)
-		batch[0].done <- claimResult{inserted, err}
-	} else {
-		n := len(batch)
-		keys, tools, runs, windows := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		args, hashes, owners := make([]string, n), make([]string, n), make([]string, n)
-		leases, nows := make([]time.Time, n), make([]time.Time, n)
-		expires := make([]*time.Time, n)
-		for i, o := range batch {
-			c := o.c
-			keys[i], tools[i], runs[i], windows[i] = c.Key, c.Tool, c.RunID, c.WindowID
-			args[i], hashes[i], owners[i] = string(c.Args), c.ArgsHash, c.Owner
-			leases[i], nows[i], expires[i] = c.LeaseUntil, c.Now, nullTime(c.ExpiresAt)
-		}
-		// ORDER BY key: batches lock keys in one order, so two batches
-		// racing for the same keys cannot deadlock.
-		rows, err := s.pool.Query(ctx, `INSERT INTO airlock_records (`+recordColumns+`)
-			SELECT k, t, r, w, 'running', a, h, NULL, '', o, l, 1, n, n, e
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[]) AS i(k, t, r, w, a, h, o, l, n, e)
-			ORDER BY k
-			ON CONFLICT (key) DO NOTHING
-			RETURNING key`, keys, tools, runs, windows, args, hashes, owners, leases, nows, expires)
-		inserted := map[string]bool{}
-		if err == nil {
-			for rows.Next() {
-				var k string
-				if err = rows.Scan(&k); err != nil {
-					break
-				}
-				inserted[k] = true
-			}
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-		}
-		if err != nil {
-			// Retry one by one: a failure of the whole (say, the database
-			// is down) fails each; a bad op fails alone.
-			for _, o := range batch {
-				ins, err := s.claimOne(ctx, o.c)
-				o.done <- claimResult{ins, err}
-			}
-		} else {
-			for _, o := range batch {
-				o.done <- claimResult{inserted[o.c.Key], nil}
-			}
-		}
-	}
-	if len(rest) > 0 {
-		s.claimBatch(rest)
-	}
+	return batch, rest
 }
 
-func (s *Store) completeBatch(ops []*completeOp) {
-	ctx := context.Background()
-	if len(ops) == 1 {
-		ops[0].done <- s.completeOne(ctx, ops[0].c)
-		return
-	}
-	slices.SortStableFunc(ops, func(a, b *completeOp) int { return strings.Compare(a.c.Key, b.c.Key) })
-	var rest []*completeOp
-	batch := ops[:0:0]
+// ORDER BY key: batches lock keys in one order, so two batches racing for
+// the same keys cannot deadlock.
+const claimBatchSQL = `INSERT INTO airlock_records (` + recordColumns + `)
+	SELECT k, t, r, w, 'running', a, h, NULL, '', o, l, 1, n, n, e
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+		$8::timestamptz[], $9::timestamptz[], $10::timestamptz[]) AS i(k, t, r, w, a, h, o, l, n, e)
+	ORDER BY k
+	ON CONFLICT (key) DO NOTHING
+	RETURNING key`
+
+const completeBatchSQL = `WITH i AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+			AS i(k, o, st, res, note, n)),
+	u AS (
+		UPDATE airlock_records r SET state = i.st, result = i.res, note = i.note, owner = '', updated_at = i.n
+		FROM i WHERE r.key = i.k AND r.owner = i.o AND r.state = 'running'
+		RETURNING r.key, r.waiters)
+	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
+
+func claimArgs(ops []*claimOp) []any {
+	n := len(ops)
+	keys, tools, runs, windows := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	args, hashes, owners := make([]string, n), make([]string, n), make([]string, n)
+	leases, nows := make([]time.Time, n), make([]time.Time, n)
+	expires := make([]*time.Time, n)
 	for i, o := range ops {
-		if i > 0 && o.c.Key == ops[i-1].c.Key {
-			rest = append(rest, o)
-			continue
-		}
-		batch = append(batch, o)
+		c := o.c
+		keys[i], tools[i], runs[i], windows[i] = c.Key, c.Tool, c.RunID, c.WindowID
+		args[i], hashes[i], owners[i] = string(c.Args), c.ArgsHash, c.Owner
+		leases[i], nows[i], expires[i] = c.LeaseUntil, c.Now, nullTime(c.ExpiresAt)
 	}
-	n := len(batch)
+	return []any{keys, tools, runs, windows, args, hashes, owners, leases, nows, expires}
+}
+
+func completeArgs(ops []*completeOp) []any {
+	n := len(ops)
 	keys, owners, states, notes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	results := make([]*string, n)
 	nows := make([]time.Time, n)
-	for i, o := range batch {
+	for i, o := range ops {
 		c := o.c
 		keys[i], owners[i], states[i], notes[i] = c.Key, c.Owner, string(c.State), c.Note
 		results[i], nows[i] = nullText(c.Result), c.Now
 	}
-	rows, err := s.pool.Query(ctx, `WITH i AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
-				AS i(k, o, st, res, note, n)),
-		u AS (
-			UPDATE airlock_records r SET state = i.st, result = i.res, note = i.note, owner = '', updated_at = i.n
-			FROM i WHERE r.key = i.k AND r.owner = i.o AND r.state = 'running'
-			RETURNING r.key, r.waiters)
-		SELECT key, CASE WHEN waiters THEN pg_notify('`+channel+`', key) END FROM u`,
-		keys, owners, states, results, notes, nows)
-	done := map[string]bool{}
-	if err == nil {
-		for rows.Next() {
-			var k string
-			var ignored any
-			if err = rows.Scan(&k, &ignored); err != nil {
-				break
-			}
-			done[k] = true
+	return []any{keys, owners, states, results, notes, nows}
+}
+
+// readKeys collects the first column of every row.
+func readKeys(rows pgx.Rows) (map[string]bool, error) {
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, err
 		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
+		k, _ := vals[0].(string)
+		out[k] = true
+	}
+	return out, rows.Err()
+}
+
+// flush sends a batch of completions and claims as one pipeline: one round
+// trip, one implicit transaction, one commit.
+func (s *Store) flush(claims []*claimOp, completes []*completeOp) {
+	ctx := context.Background()
+	claims, claimRest := dedupe(claims, func(o *claimOp) string { return o.c.Key })
+	completes, completeRest := dedupe(completes, func(o *completeOp) string { return o.c.Key })
+
+	var b pgx.Batch
+	if len(completes) > 0 {
+		b.Queue(completeBatchSQL, completeArgs(completes)...)
+	}
+	if len(claims) > 0 {
+		b.Queue(claimBatchSQL, claimArgs(claims)...)
+	}
+	var completed, inserted map[string]bool
+	br := s.pool.SendBatch(ctx, &b)
+	var err error
+	if len(completes) > 0 {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			completed, err = readKeys(rows)
 		}
 	}
+	if err == nil && len(claims) > 0 {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			inserted, err = readKeys(rows)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+
 	if err != nil {
-		for _, o := range batch {
+		// Nothing of the batch was committed. Retry op by op: if the
+		// database is down each fails; a bad op fails alone.
+		for _, o := range completes {
 			o.done <- s.completeOne(ctx, o.c)
 		}
+		for _, o := range claims {
+			ins, err := s.claimOne(ctx, o.c)
+			o.done <- claimResult{ins, err}
+		}
 	} else {
-		for _, o := range batch {
-			if done[o.c.Key] {
+		for _, o := range completes {
+			if completed[o.c.Key] {
 				s.publish(o.c.Key)
 				o.done <- nil
 			} else {
 				o.done <- airlock.ErrLeaseLost
 			}
 		}
+		for _, o := range claims {
+			o.done <- claimResult{inserted[o.c.Key], nil}
+		}
 	}
-	if len(rest) > 0 {
-		s.completeBatch(rest)
+	if len(claimRest)+len(completeRest) > 0 {
+		s.flush(claimRest, completeRest)
 	}
 }

@@ -89,7 +89,7 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	}
 	writers, batch := cfg.Writers, cfg.MaxBatch
 	if writers <= 0 {
-		writers = 4
+		writers = 2
 	}
 	if batch <= 0 {
 		batch = 128
