@@ -80,6 +80,9 @@ func canonicalDecimal(s string) (string, error) {
 	if out == "-0" {
 		out = "0"
 	}
+	if len(out) > 256 {
+		return "", fmt.Errorf("%q is too large or too precise a decimal (more than 256 digits written out)", truncate(s, 40))
+	}
 	return out, nil
 }
 
@@ -88,4 +91,13 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// Normalize applies one named normalizer to a value.
+func Normalize(name, value string) (string, error) {
+	f, ok := normalizers[name]
+	if !ok {
+		return "", Errorf(CodeInvalidArgument, "%q is not a normalizer: want one of %s", name, strings.Join(NormalizerNames(), ", "))
+	}
+	return f(value)
 }
