@@ -32,3 +32,5 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, newStore)
 }
+
+func BenchmarkGuard(b *testing.B) { storetest.Bench(b, newStore) }

@@ -471,6 +471,61 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("ManyReapersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		tool := Tool("approve", "forever")
+		tool.HonorsKey = true
+		s := newStore(t)
+		ctx := context.Background()
+		for _, redrive := range []bool{false, true} {
+			var c counter
+			cfg := &airlock.GuardConfig{}
+			if redrive {
+				cfg.Redrive = func(rec *airlock.Record) (*airlock.Tool, airlock.SideEffect, bool) { return tool, c.fn, true }
+			}
+			const replicas = 8
+			guards := make([]*airlock.Guard, replicas)
+			for i := range guards {
+				guards[i] = airlock.NewGuard(s, cfg)
+				defer guards[i].Close()
+			}
+			args := `{"record_id":"` + Key("WD") + `"}`
+			d, _, err := guards[0].Derive(call(tool, args, "r"))
+			must(t, err)
+			now := time.Now()
+			_, _, err = s.Claim(ctx, &airlock.Claim{Key: d.Key, Tool: tool.Name, RunID: "r", WindowID: "forever",
+				Args: json.RawMessage(args), ArgsHash: airlock.ArgsHash([]byte(args)), Owner: "dead", Now: now, LeaseUntil: now.Add(-time.Second)})
+			must(t, err)
+			var inDoubt, redriven atomic.Int64
+			var wg sync.WaitGroup
+			for _, g := range guards {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st, err := g.Reap(ctx)
+					if err != nil {
+						t.Error(err)
+					}
+					inDoubt.Add(int64(st.InDoubt))
+					redriven.Add(int64(st.Redriven))
+				}()
+			}
+			wg.Wait()
+			for _, g := range guards {
+				g.Wait()
+			}
+			rec, err := s.Get(ctx, d.Key)
+			must(t, err)
+			if redrive {
+				if redriven.Load() != 1 || inDoubt.Load() != 0 || c.n.Load() != 1 || rec.State != airlock.StateSucceeded {
+					t.Fatalf("%d reapers re-driving: redriven %d, in doubt %d, executions %d, record %s", replicas, redriven.Load(), inDoubt.Load(), c.n.Load(), rec.State)
+				}
+			} else if inDoubt.Load() != 1 || rec.State != airlock.StateInDoubt {
+				t.Fatalf("%d reapers: in doubt %d, record %s; want exactly one move to in_doubt", replicas, inDoubt.Load(), rec.State)
+			}
+		}
+	})
+
 	t.Run("WindowBoundaryAndGrace", func(t *testing.T) {
 		t.Parallel()
 		ny, _ := time.LoadLocation("America/New_York")
