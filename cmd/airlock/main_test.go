@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/testdb"
+)
+
+type ran struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, args ...string) ran {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
+	return ran{code, out.String(), errOut.String()}
+}
+
+func TestKeyCommand(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "key", "--tool", "approve_withdrawal", "--args", `{"record_id":" wd-24817 "}`, "--at", "2026-09-19T10:00:00-04:00")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var got struct {
+		Key   string `json:"key"`
+		Parts struct {
+			Tool     string `json:"tool"`
+			WindowID string `json:"window_id"`
+			Fields   []struct{ Field, Input, Value string }
+		} `json:"parts"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, r.stdout)
+	}
+	if len(got.Key) != 32 || got.Parts.Tool != "approve_withdrawal" || got.Parts.WindowID != "business_day:2026-09-21" ||
+		len(got.Parts.Fields) != 1 || got.Parts.Fields[0].Value != "WD-24817" || got.Parts.Fields[0].Input != " wd-24817 " {
+		t.Fatalf("unexpected output: %+v", got)
+	}
+
+	t.Run("bad input", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			args []string
+			want string
+		}{
+			{"missing field", []string{"--tool", "approve_withdrawal", "--args", `{}`}, `"record_id"`},
+			{"unknown tool", []string{"--tool", "nope", "--args", `{}`}, `no tool named "nope"`},
+			{"read tool", []string{"--tool", "get_withdrawal", "--args", `{}`}, "read tool"},
+			{"bad json", []string{"--tool", "approve_withdrawal", "--args", `{`}, "--args"},
+			{"bad time", []string{"--tool", "approve_withdrawal", "--args", `{"record_id":"x"}`, "--at", "tomorrow"}, "--at"},
+			{"no tool", []string{"--args", `{}`}, "--tool is required"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				r := runCLI(t, append([]string{"key"}, tc.args...)...)
+				if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+					t.Fatalf("exit %d, stderr %q; want an error containing %q", r.code, r.stderr, tc.want)
+				}
+			})
+		}
+	})
+}
+
+func TestToolsCheck(t *testing.T) {
+	t.Parallel()
+	t.Run("bundled example is clean", func(t *testing.T) {
+		t.Parallel()
+		r := runCLI(t, "tools", "check")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "ok:") {
+			t.Fatalf("exit %d: %s %s", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("missing answer is one line naming tool and question", func(t *testing.T) {
+		t.Parallel()
+		src, err := os.ReadFile("../../examples/withdrawals/airlock.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := strings.Replace(string(src), `      undo: "No. Money leaves the account; a reversal is a new withdrawal."`+"\n", "", 1)
+		bad = strings.Replace(bad, "window: 24h", "window: 24 hours", 1)
+		path := filepath.Join(t.TempDir(), "airlock.yaml")
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, "tools", "check", "--config", path)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if r.code != 1 || len(lines) != 2 {
+			t.Fatalf("exit %d, %d lines:\n%s", r.code, len(lines), r.stdout)
+		}
+		if !strings.Contains(lines[0], path+":") || !strings.Contains(r.stdout, "approve_withdrawal") || !strings.Contains(r.stdout, "can it be undone") {
+			t.Fatalf("lines do not name the place, tool and question:\n%s", r.stdout)
+		}
+		if !strings.Contains(r.stdout, "24 hours") {
+			t.Fatalf("bad window not reported:\n%s", r.stdout)
+		}
+	})
+}
+
+func TestToolsList(t *testing.T) {
+	t.Parallel()
+	md := runCLI(t, "tools", "list", "--format", "md")
+	if md.code != 0 || !strings.Contains(md.stdout, "# Things you cannot undo") || !strings.Contains(md.stdout, "`approve_withdrawal`") ||
+		!strings.Contains(md.stdout, "Money leaves the account") {
+		t.Fatalf("md: exit %d\n%s", md.code, md.stdout)
+	}
+	js := runCLI(t, "tools", "list", "--format", "json")
+	var tools []toolInfo
+	if js.code != 0 || json.Unmarshal([]byte(js.stdout), &tools) != nil || len(tools) != 3 || tools[1].Undo == "" {
+		t.Fatalf("json: exit %d\n%s", js.code, js.stdout)
+	}
+	if r := runCLI(t, "tools", "list", "--format", "html"); r.code == 0 || !strings.Contains(r.stderr, "md or json") {
+		t.Fatalf("bad format: %+v", r)
+	}
+}
+
+func TestMigrateAndBench(t *testing.T) {
+	t.Parallel()
+	dsns := map[string]string{"sqlite": "sqlite:" + filepath.Join(t.TempDir(), "a.db")}
+	if os.Getenv(testdb.EnvURL) != "" || os.Getenv(testdb.EnvRequire) == "1" {
+		dsns["postgres"] = testdb.Schema(t)
+	}
+	for name, dsn := range dsns {
+		t.Run(name, func(t *testing.T) {
+			if r := runCLI(t, "migrate", "--db", dsn); r.code != 0 {
+				t.Fatalf("migrate: %+v", r)
+			}
+			for _, mode := range []string{"new", "repeat", "race", "mixed"} {
+				for _, impl := range []string{"airlock", "baseline"} {
+					r := runCLI(t, "bench", "--db", dsn, "--mode", mode, "--calls", "160", "--impl", impl)
+					var res struct {
+						Impl                string  `json:"impl"`
+						Store               string  `json:"store"`
+						OK                  bool    `json:"ok"`
+						ExecutionsPerKeyMax int     `json:"executions_per_key_max"`
+						Executions          int     `json:"executions"`
+						CallsPerS           float64 `json:"calls_per_s"`
+					}
+					if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.OK || res.Store != name || res.Impl != impl ||
+						res.ExecutionsPerKeyMax != 1 || res.CallsPerS <= 0 {
+						t.Fatalf("bench %s %s: exit %d %s %s", mode, impl, r.code, r.stdout, r.stderr)
+					}
+				}
+			}
+		})
+	}
+	if r := runCLI(t, "bench", "--db", "mysql://x", "--calls", "10"); r.code == 0 || !strings.Contains(r.stderr, "sqlite:PATH") {
+		t.Fatalf("bad dsn: %+v", r)
+	}
+	if r := runCLI(t, "bench", "--mode", "fast"); r.code == 0 || !strings.Contains(r.stderr, "--mode") {
+		t.Fatalf("bad mode: %+v", r)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	t.Parallel()
+	if r := runCLI(t, "frobnicate"); r.code != 2 || !strings.Contains(r.stderr, "unknown command") {
+		t.Fatalf("%+v", r)
+	}
+}
