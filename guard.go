@@ -222,37 +222,113 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 		return nil, err
 	}
 	canon := CanonicalArgs(args)
-	hash := ArgsHash(canon)
+	return g.do(ctx, &prepared{
+		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
+		args: args, canon: canon, hash: ArgsHash(canon), expiresAt: g.expiresAt(d, start), start: start,
+	}, fn)
+}
+
+// KeyedCall is a call whose key the caller already has, such as the
+// Idempotency-Key a client sent to a tool server (see package idempotency).
+type KeyedCall struct {
+	// Tool supplies the name, on_mismatch, repeat_wait, respond_within and
+	// whether the upstream honours keys.
+	Tool  *Tool
+	Key   string
+	Args  json.RawMessage // a JSON object
+	RunID string
+	// ExpiresAt is when the record may be purged; zero keeps it.
+	ExpiresAt time.Time
+}
+
+// DoKeyed is Do for a call whose key is given rather than derived.
+func (g *Guard) DoKeyed(ctx context.Context, kc *KeyedCall, fn SideEffect) (*Answer, error) {
+	if kc.Tool == nil {
+		return nil, Errorf(CodeUnknownTool, "no tool given")
+	}
+	if kc.Key == "" {
+		return nil, FieldErrorf(CodeMissingField, "key", "the key is empty")
+	}
+	args, err := ParseArgs(kc.Args)
+	if err != nil {
+		return nil, err
+	}
+	canon := CanonicalArgs(args)
+	return g.do(ctx, &prepared{
+		tool: kc.Tool, key: kc.Key, runID: kc.RunID, windowID: "keyed",
+		args: args, canon: canon, hash: ArgsHash(canon), expiresAt: kc.ExpiresAt, start: g.clock.Now(),
+	}, fn)
+}
+
+// prepared is a call with its key, ready to claim.
+type prepared struct {
+	tool      *Tool
+	key       string
+	previous  string
+	runID     string
+	windowID  string
+	args      map[string]any
+	canon     []byte
+	hash      string
+	expiresAt time.Time
+	start     time.Time
+}
+
+func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, error) {
+	tool, args, hash, start := p.tool, p.args, p.hash, p.start
 	deadline := time.Time{}
-	if rw := c.Tool.RespondWithinOr(); rw > 0 {
+	if rw := tool.RespondWithinOr(); rw > 0 {
 		deadline = time.Now().Add(rw)
 	}
 
 	// Just after a window boundary, a repeat from the same run belongs to
 	// the previous window's record.
-	if d.Previous != "" && c.RunID != "" {
-		prev, err := g.get(ctx, d.Previous)
+	if p.previous != "" && p.runID != "" {
+		prev, err := g.get(ctx, p.previous)
 		switch {
-		case err == nil && prev.RunID == c.RunID:
-			if a, err := g.answerExisting(ctx, c.Tool, prev, args, hash, deadline); !errors.Is(err, errReleased) {
+		case err == nil && prev.RunID == p.runID:
+			if a, err := g.answerExisting(ctx, tool, prev, args, hash, deadline); !errors.Is(err, errReleased) {
 				return a, err
 			}
 		case err != nil && !errors.Is(err, ErrNotFound):
 			return nil, err
 		}
 	}
-	if rec := g.cache.get(d.Key); rec != nil {
-		return g.answerExisting(ctx, c.Tool, rec, args, hash, deadline)
+	if rec := g.cache.get(p.key); rec != nil {
+		return g.answerExisting(ctx, tool, rec, args, hash, deadline)
 	}
+	if tool.MaxCallsPerRun > 0 && p.runID != "" {
+		// A repeat is never refused: look for the record first.
+		rec, err := g.get(ctx, p.key)
+		switch {
+		case err == nil:
+			if a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline); !errors.Is(err, errReleased) {
+				return a, err
+			}
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+		n, err := g.store.CountRunCalls(ctx, p.runID, tool.Name)
+		if err != nil {
+			return nil, storeErr("count", err)
+		}
+		if n >= tool.MaxCallsPerRun {
+			return nil, &Error{Code: CodeBudgetExceeded, Field: "run_id", Message: fmt.Sprintf(
+				"this run has already made %d calls of %s, its limit (max_calls_per_run); this call was refused and nothing was executed. Stop and report to a person instead of retrying",
+				n, tool.Name)}
+		}
+	}
+	d := struct{ Key string }{p.key} // the answers below carry the key for operators
 
 	claim := &Claim{
-		Key: d.Key, Tool: c.Tool.Name, RunID: c.RunID, WindowID: d.Parts.WindowID,
-		Args: canon, ArgsHash: hash, Owner: g.newOwner(), Now: start,
-		LeaseUntil: start.Add(g.lease), ExpiresAt: g.expiresAt(d, start),
+		Key: p.key, Tool: tool.Name, RunID: p.runID, WindowID: p.windowID,
+		Args: p.canon, ArgsHash: hash, Owner: g.newOwner(), Now: start,
+		LeaseUntil: start.Add(g.lease), ExpiresAt: p.expiresAt,
 	}
 	var rec *Record
 	for attempt := 0; ; attempt++ {
 		var claimed bool
+		var err error
 		rec, claimed, err = g.store.Claim(ctx, claim)
 		if err != nil {
 			return nil, storeErr("claim", err)
@@ -260,7 +336,7 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 		if claimed {
 			break
 		}
-		a, err := g.answerExisting(ctx, c.Tool, rec, args, hash, deadline)
+		a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline)
 		// The first call released its claim (its request was never sent):
 		// this call may do the work.
 		if errors.Is(err, errReleased) && attempt < 3 {
@@ -276,7 +352,7 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 	g.inflight.Add(1)
 	go func() {
 		defer g.inflight.Done()
-		done <- g.execute(context.WithoutCancel(ctx), c.Tool, rec, fn)
+		done <- g.execute(context.WithoutCancel(ctx), tool, rec, fn)
 	}()
 	var timer <-chan time.Time
 	if !deadline.IsZero() {

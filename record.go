@@ -106,6 +106,9 @@ type Store interface {
 	// Settle decides an in_doubt record. ErrNotFound or ErrStateConflict
 	// when there is no in_doubt record with the key.
 	Settle(ctx context.Context, s *Settlement) (*Record, error)
+	// CountRunCalls counts the records of a tool in a run (for
+	// max_calls_per_run).
+	CountRunCalls(ctx context.Context, runID, tool string) (int, error)
 	// Purge removes up to limit final records whose ExpiresAt is before now.
 	Purge(ctx context.Context, now time.Time, limit int) (int, error)
 	// Subscribe calls fn with the key of each record that leaves running,

@@ -269,3 +269,10 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// CountRunCalls implements airlock.Store.
+func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM airlock_records WHERE run_id = $1 AND tool = $2`, runID, tool).Scan(&n)
+	return n, err
+}

@@ -291,3 +291,10 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 	}
 	return sub
 }
+
+// CountRunCalls implements airlock.Store.
+func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, error) {
+	var n int
+	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM airlock_records WHERE run_id = ? AND tool = ?`, runID, tool).Scan(&n)
+	return n, err
+}

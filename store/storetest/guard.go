@@ -526,6 +526,55 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("MaxCallsPerRun", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool := Tool("note", "forever")
+		tool.MaxCallsPerRun = 3
+		var c counter
+		run := Key("run")
+		for i := range 3 {
+			a, err := b.guard.Do(b.ctx, call(tool, fmt.Sprintf(`{"record_id":"%s-%d"}`, run, i), run), c.fn)
+			must(t, err)
+			if a.Repeat {
+				t.Fatalf("call %d: %+v", i, a)
+			}
+		}
+		_, err := b.guard.Do(b.ctx, call(tool, fmt.Sprintf(`{"record_id":"%s-3"}`, run), run), c.fn)
+		if airlock.ErrorCode(err) != airlock.CodeBudgetExceeded || !strings.Contains(err.Error(), "max_calls_per_run") {
+			t.Fatalf("fourth call: %v, want budget_exceeded", err)
+		}
+		// A repeat of an earlier call is not refused.
+		a, err := b.guard.Do(b.ctx, call(tool, fmt.Sprintf(`{"record_id":"%s-1"}`, run), run), c.fn)
+		must(t, err)
+		if !a.Repeat || c.n.Load() != 3 {
+			t.Fatalf("repeat past the budget: %+v, executions %d", a, c.n.Load())
+		}
+		// Another run has its own budget.
+		_, err = b.guard.Do(b.ctx, call(tool, fmt.Sprintf(`{"record_id":"%s-9"}`, run), run+"-other"), c.fn)
+		must(t, err)
+	})
+
+	t.Run("KeyedCall", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool := Tool("http:POST /pay", "forever")
+		tool.OnMismatch = airlock.MismatchReject
+		var c counter
+		key := Key("idem")
+		for i := range 2 {
+			a, err := b.guard.DoKeyed(b.ctx, &airlock.KeyedCall{Tool: tool, Key: key, Args: json.RawMessage(`{"amount":5}`)}, c.fn)
+			must(t, err)
+			if a.Repeat != (i == 1) || c.n.Load() != 1 {
+				t.Fatalf("keyed call %d: %+v, executions %d", i, a, c.n.Load())
+			}
+		}
+		_, err := b.guard.DoKeyed(b.ctx, &airlock.KeyedCall{Tool: tool, Key: key, Args: json.RawMessage(`{"amount":6}`)}, c.fn)
+		if airlock.ErrorCode(err) != airlock.CodeArgumentsMismatch {
+			t.Fatalf("other payload, same key: %v", err)
+		}
+	})
+
 	t.Run("WindowBoundaryAndGrace", func(t *testing.T) {
 		t.Parallel()
 		ny, _ := time.LoadLocation("America/New_York")

@@ -19,3 +19,4 @@ CREATE TABLE airlock_records (
 
 CREATE INDEX airlock_records_running ON airlock_records (lease_until) WHERE state = 'running';
 CREATE INDEX airlock_records_expires ON airlock_records (expires_at) WHERE state IN ('succeeded', 'failed');
+CREATE INDEX airlock_records_run ON airlock_records (run_id, tool) WHERE run_id <> '';

@@ -1,0 +1,175 @@
+// Package httpjson is the upstream for HTTP JSON services: each call is a
+// POST of the arguments to base URL + the tool's path, carrying the
+// derived key in the Idempotency-Key header. The response's status decides
+// the outcome:
+//
+//   - 2xx: succeeded; the JSON body is the result.
+//   - 4xx other than 408, 425 and 429: a definitive failure (the service
+//     refused the request; it did not happen).
+//   - 408, 425, 429, 5xx, a timeout or a broken connection after the
+//     request was written: outcome unknown.
+//   - a connection that could not be made, or a request that was never
+//     written: not sent.
+package httpjson
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/upstream"
+)
+
+// MaxResponse bounds a response body. Default for Config.MaxResponse.
+const MaxResponse = 4 << 20
+
+// Config configures a Client. A nil *Config means all defaults.
+type Config struct {
+	// HTTPClient sends the requests. Default: a client with its own
+	// transport (keep-alives on, 64 idle connections per host).
+	HTTPClient *http.Client
+	// MaxResponse bounds a response body. Default 4 MiB.
+	MaxResponse int64
+	// Header is added to every request (for example an API key).
+	Header http.Header
+}
+
+// Client calls one HTTP JSON upstream.
+type Client struct {
+	base   string
+	client *http.Client
+	max    int64
+	header http.Header
+}
+
+var _ upstream.Caller = (*Client)(nil)
+
+// New returns a client for the service at base (http://host:port).
+func New(base string, cfg *Config) *Client {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := &Client{base: strings.TrimSuffix(base, "/"), client: cfg.HTTPClient, max: cfg.MaxResponse, header: cfg.Header}
+	if c.client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		t.MaxIdleConns = 256
+		c.client = &http.Client{Transport: t}
+	}
+	if c.max <= 0 {
+		c.max = MaxResponse
+	}
+	return c
+}
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.client.CloseIdleConnections()
+	return nil
+}
+
+// Call implements upstream.Caller.
+func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcome {
+	path := ""
+	if req.Tool.Upstream != nil {
+		path = req.Tool.Upstream.Path
+	}
+	body := req.Args
+	if len(body) == 0 {
+		body = []byte("{}")
+	}
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) }}
+	hreq, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: err}
+	}
+	for k, vs := range c.header {
+		for _, v := range vs {
+			hreq.Header.Add(k, v)
+		}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+	if req.Key != "" {
+		hreq.Header.Set("Idempotency-Key", req.Key)
+	}
+	resp, err := c.client.Do(hreq)
+	if err != nil {
+		if !wrote.Load() && neverSent(err) {
+			return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: err}
+		}
+		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.max+1))
+	if err != nil {
+		// The service answered but the body broke off: it may have acted.
+		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("reading the response: %w", err)}
+	}
+	if int64(len(raw)) > c.max {
+		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("response larger than %d bytes", c.max)}
+	}
+	return classify(resp.StatusCode, raw)
+}
+
+func classify(status int, raw []byte) airlock.Outcome {
+	switch {
+	case status >= 200 && status < 300:
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: asJSON(raw)}
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests, status >= 500:
+		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("upstream answered %d: %s", status, snippet(raw))}
+	default:
+		res, _ := json.Marshal(map[string]any{"status": status, "error": json.RawMessage(asJSON(raw))})
+		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: res}
+	}
+}
+
+// asJSON returns the body if it is JSON, else the body as a JSON string.
+func asJSON(raw []byte) json.RawMessage {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 {
+		return json.RawMessage(`null`)
+	}
+	if json.Valid(trimmed) {
+		return json.RawMessage(trimmed)
+	}
+	s, _ := json.Marshal(string(raw))
+	return s
+}
+
+func snippet(raw []byte) string {
+	s := strings.TrimSpace(string(raw))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// neverSent reports whether an error means the request cannot have reached
+// the service: the connection was never made.
+func neverSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var tlsErr *tls.CertificateVerificationError
+	if errors.As(err, &tlsErr) {
+		return true
+	}
+	return false
+}

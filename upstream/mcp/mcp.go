@@ -1,0 +1,153 @@
+// Package mcp is the upstream for MCP servers, reached over stdio (a
+// command airlock starts) or streamable HTTP, with the official Go SDK's
+// client. The derived key travels in the call's
+// _meta["io.airlock/idempotency-key"]; a result with isError is a
+// definitive failure; a broken session after the request went out is an
+// outcome unknown; a session that cannot be opened is not sent.
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/upstream"
+)
+
+// MetaKey is the _meta field that carries the derived key.
+const MetaKey = "io.airlock/idempotency-key"
+
+// Client calls tools of one MCP server, opening the session on first use
+// and again after it breaks.
+type Client struct {
+	newTransport func() sdk.Transport
+	client       *sdk.Client
+
+	mu      sync.Mutex
+	session *sdk.ClientSession
+}
+
+var _ upstream.Caller = (*Client)(nil)
+
+// NewCommand returns a client for an MCP server run as a command over stdio.
+func NewCommand(argv []string) *Client {
+	return newClient(func() sdk.Transport {
+		return &sdk.CommandTransport{Command: exec.Command(argv[0], argv[1:]...)}
+	})
+}
+
+// NewHTTP returns a client for an MCP server at a streamable HTTP endpoint.
+func NewHTTP(url string) *Client {
+	return newClient(func() sdk.Transport {
+		return &sdk.StreamableClientTransport{Endpoint: url, MaxRetries: -1}
+	})
+}
+
+func newClient(t func() sdk.Transport) *Client {
+	return &Client{
+		newTransport: t,
+		client:       sdk.NewClient(&sdk.Implementation{Name: "airlock", Version: "v0"}, nil),
+	}
+}
+
+func (c *Client) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session != nil {
+		return c.session, nil
+	}
+	s, err := c.client.Connect(ctx, c.newTransport(), nil)
+	if err != nil {
+		return nil, err
+	}
+	c.session = s
+	return s, nil
+}
+
+func (c *Client) drop(s *sdk.ClientSession) {
+	c.mu.Lock()
+	if c.session == s {
+		c.session = nil
+	}
+	c.mu.Unlock()
+	_ = s.Close()
+}
+
+// Close ends the session (and the command, for stdio servers).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	s := c.session
+	c.session = nil
+	c.mu.Unlock()
+	if s != nil {
+		return s.Close()
+	}
+	return nil
+}
+
+// Call implements upstream.Caller.
+func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcome {
+	name := req.Tool.Name
+	if req.Tool.Upstream != nil && req.Tool.Upstream.Tool != "" {
+		name = req.Tool.Upstream.Tool
+	}
+	s, err := c.sessionFor(ctx)
+	if err != nil {
+		return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: fmt.Errorf("connecting to the MCP server: %w", err)}
+	}
+	params := &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(req.Args)}
+	if req.Key != "" {
+		params.Meta = sdk.Meta{MetaKey: req.Key}
+	}
+	res, err := s.CallTool(ctx, params)
+	if err != nil {
+		if ctx.Err() == nil && isProtocolRefusal(err) {
+			// The server refused the request (unknown tool, invalid
+			// params): it did not act.
+			out, _ := json.Marshal(map[string]string{"error": err.Error()})
+			return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: out}
+		}
+		c.drop(s)
+		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
+	}
+	result := resultJSON(res)
+	if res.IsError {
+		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: result}
+	}
+	return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: result}
+}
+
+// isProtocolRefusal reports a JSON-RPC error that says the request was not
+// acted on (method not found, invalid params).
+func isProtocolRefusal(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "-32601") || strings.Contains(msg, "-32602") || strings.Contains(msg, "unknown tool")
+}
+
+// resultJSON is the structured content when there is one, else the text
+// content as {"text": ...}.
+func resultJSON(res *sdk.CallToolResult) json.RawMessage {
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			return b
+		}
+	}
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*sdk.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	key := "text"
+	if res.IsError {
+		key = "error"
+	}
+	b, _ := json.Marshal(map[string]string{key: strings.Join(parts, "\n")})
+	return b
+}

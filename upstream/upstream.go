@@ -1,0 +1,40 @@
+// Package upstream defines how airlock reaches the services that do the
+// work: a Caller executes one tool call and reports one of the four
+// outcomes of the guarded call (succeeded, failed, unknown, not sent).
+// Drivers: upstream/httpjson (HTTP JSON endpoints), upstream/mcp (MCP
+// servers over stdio or streamable HTTP), and Func for Go functions.
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/airlockhq/airlock"
+)
+
+// Request is one call to an upstream.
+type Request struct {
+	Tool *airlock.Tool
+	// Args are the call's arguments, a JSON object.
+	Args json.RawMessage
+	// Key is the derived key, to pass downstream (Idempotency-Key header,
+	// MCP _meta); empty for read tools.
+	Key string
+}
+
+// Caller executes tool calls. Its context carries the tool's timeout.
+type Caller interface {
+	Call(ctx context.Context, req *Request) airlock.Outcome
+}
+
+// Func adapts a Go function to a Caller, for programs that embed airlock.
+type Func func(ctx context.Context, req *Request) airlock.Outcome
+
+// Call implements Caller.
+func (f Func) Call(ctx context.Context, req *Request) airlock.Outcome { return f(ctx, req) }
+
+// Closer is a Caller that holds connections or processes to release.
+type Closer interface {
+	Caller
+	Close() error
+}
