@@ -126,15 +126,6 @@ const claimBatchSQL = `INSERT INTO airlock_records (` + recordColumns + `)
 	ON CONFLICT (key) DO NOTHING
 	RETURNING key`
 
-const completeBatchSQL = `WITH i AS (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
-			AS i(k, o, st, res, note, n)),
-	u AS (
-		UPDATE airlock_records r SET state = i.st, result = i.res, note = i.note, owner = '', updated_at = i.n
-		FROM i WHERE r.key = i.k AND r.owner = i.o AND r.state = 'running'
-		RETURNING r.key, r.waiters)
-	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
-
 func claimArgs(ops []*claimOp) []any {
 	n := len(ops)
 	keys, tools, runs, windows := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -148,19 +139,6 @@ func claimArgs(ops []*claimOp) []any {
 		leases[i], nows[i], expires[i] = c.LeaseUntil, c.Now, nullTime(c.ExpiresAt)
 	}
 	return []any{keys, tools, runs, windows, args, hashes, owners, leases, nows, expires}
-}
-
-func completeArgs(ops []*completeOp) []any {
-	n := len(ops)
-	keys, owners, states, notes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	results := make([]*string, n)
-	nows := make([]time.Time, n)
-	for i, o := range ops {
-		c := o.c
-		keys[i], owners[i], states[i], notes[i] = c.Key, c.Owner, string(c.State), c.Note
-		results[i], nows[i] = nullText(c.Result), c.Now
-	}
-	return []any{keys, owners, states, results, notes, nows}
 }
 
 // readKeys collects the first column of every row.
@@ -185,20 +163,31 @@ func (s *Store) flush(claims []*claimOp, completes []*completeOp) {
 	claims, claimRest := dedupe(claims, func(o *claimOp) string { return o.c.Key })
 	completes, completeRest := dedupe(completes, func(o *completeOp) string { return o.c.Key })
 
+	// Completions go one statement each (an UPDATE by primary key; a
+	// set-based UPDATE … FROM unnest is planned as a join over the whole
+	// table), claims as one set-based INSERT; all in one pipeline.
 	var b pgx.Batch
-	if len(completes) > 0 {
-		b.Queue(completeBatchSQL, completeArgs(completes)...)
+	for _, o := range completes {
+		b.Queue(completeSQL, completeArgs(o.c)...)
 	}
 	if len(claims) > 0 {
 		b.Queue(claimBatchSQL, claimArgs(claims)...)
 	}
-	var completed, inserted map[string]bool
+	completed := map[string]bool{}
+	var inserted map[string]bool
 	br := s.pool.SendBatch(ctx, &b)
 	var err error
-	if len(completes) > 0 {
+	for range completes {
 		var rows pgx.Rows
+		var got map[string]bool
 		if rows, err = br.Query(); err == nil {
-			completed, err = readKeys(rows)
+			got, err = readKeys(rows)
+		}
+		if err != nil {
+			break
+		}
+		for k := range got {
+			completed[k] = true
 		}
 	}
 	if err == nil && len(claims) > 0 {

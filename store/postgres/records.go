@@ -113,11 +113,7 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 }
 
 func (s *Store) completeOne(ctx context.Context, c *airlock.Completion) error {
-	err := s.changeAndNotify(ctx, `WITH u AS (
-			UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
-			WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters)
-		SELECT CASE WHEN waiters THEN pg_notify('`+channel+`', key) END FROM u`,
-		c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now)
+	err := s.changeAndNotify(ctx, completeSQL, completeArgs(c)...)
 	if err == nil {
 		s.publish(c.Key)
 	}
@@ -275,4 +271,15 @@ func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, err
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM airlock_records WHERE run_id = $1 AND tool = $2`, runID, tool).Scan(&n)
 	return n, err
+}
+
+// completeSQL completes one record by its primary key; the NOTIFY goes out
+// only when a waiter marked the record.
+const completeSQL = `WITH u AS (
+		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
+		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters)
+	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
+
+func completeArgs(c *airlock.Completion) []any {
+	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now}
 }
