@@ -25,6 +25,10 @@ const (
 	CodeInvalidManifest   Code = "invalid_manifest"   // the manifest does not validate
 	CodeBudgetExceeded    Code = "budget_exceeded"    // max_calls_per_run reached
 	CodeNotCallable       Code = "not_callable"       // the tool may not be called this way (irreversible)
+	CodeUpstream          Code = "upstream_error"     // a read tool's upstream failed; nothing was changed; safe to retry
+	CodeUnauthenticated   Code = "unauthenticated"    // no valid bearer token
+	CodeForbidden         Code = "forbidden"          // the token's role may not do this
+	CodeTooLarge          Code = "too_large"          // the request body is over the limit
 	CodeInternal          Code = "internal"           // a bug or an unexpected failure
 )
 
@@ -68,6 +72,10 @@ var (
 	ErrUnknownTool       = &Error{Code: CodeUnknownTool}
 	ErrArgumentsMismatch = &Error{Code: CodeArgumentsMismatch}
 	ErrNotSent           = &Error{Code: CodeNotSent}
+	ErrUpstream          = &Error{Code: CodeUpstream}
+	ErrUnauthenticated   = &Error{Code: CodeUnauthenticated}
+	ErrForbidden         = &Error{Code: CodeForbidden}
+	ErrTooLarge          = &Error{Code: CodeTooLarge}
 	ErrStoreUnavailable  = &Error{Code: CodeStoreUnavailable}
 	ErrNotFound          = &Error{Code: CodeNotFound}
 	ErrStateConflict     = &Error{Code: CodeConflict}

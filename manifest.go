@@ -553,3 +553,42 @@ func (v *validator) err() error {
 	}
 	return &ValidationError{Problems: slices.Clone(v.problems)}
 }
+
+// ToolInfo is a tool as the registry shows it: what it is, its key, its
+// window and its three answers (the page "Things you cannot undo").
+type ToolInfo struct {
+	Name        string   `json:"name"`
+	Kind        ToolKind `json:"kind"`
+	Description string   `json:"description,omitempty"`
+	NaturalKey  []string `json:"natural_key,omitempty"`
+	Window      string   `json:"window,omitempty"`
+	Undo        string   `json:"undo,omitempty"`
+	Approver    string   `json:"approver,omitempty"`
+	OnRepeat    string   `json:"on_repeat,omitempty"`
+	OnMismatch  string   `json:"on_mismatch,omitempty"`
+	Rules       []Rule   `json:"rules,omitempty"`
+}
+
+// Info describes the tool for the registry.
+func (t *Tool) Info() ToolInfo {
+	ti := ToolInfo{Name: t.Name, Kind: t.Kind, Description: t.Description}
+	if !t.Kind.SideEffecting() {
+		return ti
+	}
+	for _, kf := range t.NaturalKey {
+		f := kf.Field
+		if len(kf.Normalize) > 0 {
+			f += " (" + strings.Join(kf.Normalize, ", ") + ")"
+		}
+		ti.NaturalKey = append(ti.NaturalKey, f)
+	}
+	if t.Window != nil {
+		ti.Window = t.Window.String()
+	}
+	ti.Undo, ti.Approver, ti.OnRepeat = t.Answers.Undo, t.Answers.Approver, t.Answers.OnRepeat
+	ti.OnMismatch = string(t.OnMismatch)
+	if t.Approval != nil {
+		ti.Rules = t.Approval.Rules
+	}
+	return ti
+}

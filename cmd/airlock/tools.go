@@ -54,38 +54,9 @@ func cmdToolsCheck(e *env, args []string) int {
 	return 0
 }
 
-// toolInfo is one line of `tools list --format json`.
-type toolInfo struct {
-	Name        string           `json:"name"`
-	Kind        airlock.ToolKind `json:"kind"`
-	Description string           `json:"description,omitempty"`
-	NaturalKey  []string         `json:"natural_key,omitempty"`
-	Window      string           `json:"window,omitempty"`
-	Undo        string           `json:"undo,omitempty"`
-	Approver    string           `json:"approver,omitempty"`
-	OnRepeat    string           `json:"on_repeat,omitempty"`
-	OnMismatch  string           `json:"on_mismatch,omitempty"`
-}
+type toolInfo = airlock.ToolInfo
 
-func describe(t *airlock.Tool) toolInfo {
-	ti := toolInfo{Name: t.Name, Kind: t.Kind, Description: t.Description}
-	if !t.Kind.SideEffecting() {
-		return ti
-	}
-	for _, kf := range t.NaturalKey {
-		f := kf.Field
-		if len(kf.Normalize) > 0 {
-			f += " (" + strings.Join(kf.Normalize, ", ") + ")"
-		}
-		ti.NaturalKey = append(ti.NaturalKey, f)
-	}
-	if t.Window != nil {
-		ti.Window = t.Window.String()
-	}
-	ti.Undo, ti.Approver, ti.OnRepeat = t.Answers.Undo, t.Answers.Approver, t.Answers.OnRepeat
-	ti.OnMismatch = string(t.OnMismatch)
-	return ti
-}
+func describe(t *airlock.Tool) toolInfo { return t.Info() }
 
 // cmdToolsList prints the page "Things you cannot undo" (md) or every tool (json).
 func cmdToolsList(e *env, args []string) int {

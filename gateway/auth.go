@@ -1,0 +1,97 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/airlockhq/airlock"
+)
+
+// Token is a bearer token the server accepts, kept as the SHA-256 of the token.
+type Token struct {
+	Name   string
+	Role   string
+	SHA256 [32]byte
+}
+
+// Principal is who made a request.
+type Principal struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+}
+
+// TokensFromManifest resolves the manifest's tokens: sha256 entries as
+// given, env entries by hashing the variable's value (an unset or empty
+// variable is an error naming it).
+func TokensFromManifest(specs []airlock.TokenSpec) ([]Token, error) {
+	out := make([]Token, 0, len(specs))
+	for _, s := range specs {
+		t := Token{Name: s.Name, Role: s.Role}
+		switch {
+		case s.SHA256 != "":
+			b, err := hex.DecodeString(s.SHA256)
+			if err != nil || len(b) != 32 {
+				return nil, fmt.Errorf("token %s: sha256 is not 64 hex digits", s.Name)
+			}
+			copy(t.SHA256[:], b)
+		default:
+			v := os.Getenv(s.Env)
+			if v == "" {
+				return nil, fmt.Errorf("token %s: environment variable %s is not set", s.Name, s.Env)
+			}
+			t.SHA256 = sha256.Sum256([]byte(v))
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// HashToken is the form a token is stored in.
+func HashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+
+type principalKey struct{}
+
+// PrincipalFrom returns the authenticated principal of a request context.
+func PrincipalFrom(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+func (g *Gateway) authenticate(r *http.Request) (Principal, error) {
+	h := r.Header.Get("Authorization")
+	raw, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || strings.TrimSpace(raw) == "" {
+		return Principal{}, airlock.Errorf(airlock.CodeUnauthenticated, "missing bearer token: send Authorization: Bearer TOKEN")
+	}
+	sum := HashToken(strings.TrimSpace(raw))
+	for _, t := range g.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.SHA256[:]) == 1 {
+			return Principal{Name: t.Name, Role: t.Role}, nil
+		}
+	}
+	return Principal{}, airlock.Errorf(airlock.CodeUnauthenticated, "unknown bearer token")
+}
+
+// require wraps a handler so that only the given roles reach it.
+func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := g.authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			writeError(w, g.log, err)
+			return
+		}
+		if !slices.Contains(roles, p.Role) {
+			writeError(w, g.log, airlock.Errorf(airlock.CodeForbidden, "a token with role %s may not do this; it needs %s", p.Role, strings.Join(roles, " or ")))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}

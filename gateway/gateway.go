@@ -1,0 +1,240 @@
+// Package gateway puts airlock between agents and their tools: the MCP
+// server (streamable HTTP at /mcp, or stdio), the HTTP API (/v1/...), and
+// the one call path both share. Read tools pass through to their
+// upstream; write tools go through the guarded call with the derived key;
+// irreversible tools are never callable as themselves.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/upstream"
+)
+
+// DefaultMaxBody caps a request body (Config.MaxBody).
+const DefaultMaxBody = 1 << 20
+
+// RunHeader carries the agent's run id on HTTP requests.
+const RunHeader = "X-Airlock-Run"
+
+// MetaRun is the MCP _meta field that carries the run id.
+const MetaRun = "io.airlock/run"
+
+// MetaRepeat is the MCP _meta field set on repeats.
+const MetaRepeat = "io.airlock/repeat"
+
+// Config configures a Gateway.
+type Config struct {
+	// Manifest lists the tools. Required (prepared).
+	Manifest *airlock.Manifest
+	// Guard runs write tools at most once per key. Required.
+	Guard *airlock.Guard
+	// Store is pinged by /readyz. Required.
+	Store airlock.Store
+	// Upstreams executes tools, by upstream name (the manifest's upstreams).
+	Upstreams map[string]upstream.Caller
+	// Funcs executes tools by tool name; it takes precedence over
+	// Upstreams, for programs that embed airlock.
+	Funcs map[string]upstream.Caller
+	// Tokens are the accepted bearer tokens. No tokens: every
+	// authenticated route answers 401.
+	Tokens []Token
+	// MaxBody caps request bodies. Default 1 MiB.
+	MaxBody int64
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Version is reported to MCP clients. Default "dev".
+	Version string
+}
+
+// Gateway serves the tools.
+type Gateway struct {
+	m       *airlock.Manifest
+	guard   *airlock.Guard
+	store   airlock.Store
+	callers map[string]upstream.Caller // by tool name
+	schemas map[string]*argsSchema
+	tokens  []Token
+	maxBody int64
+	log     *slog.Logger
+	mcp     *mcp.Server
+}
+
+// New builds a gateway; it checks that every callable tool has an upstream.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Manifest == nil || cfg.Guard == nil || cfg.Store == nil {
+		return nil, errors.New("gateway: Manifest, Guard and Store are required")
+	}
+	g := &Gateway{
+		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
+		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
+		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger,
+	}
+	if g.maxBody <= 0 {
+		g.maxBody = DefaultMaxBody
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	for _, t := range g.m.Tools {
+		s, err := newArgsSchema(t)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.schemas[t.Name] = s
+		if c, ok := cfg.Funcs[t.Name]; ok {
+			g.callers[t.Name] = c
+			continue
+		}
+		if t.Upstream != nil {
+			c, ok := cfg.Upstreams[t.Upstream.Name]
+			if !ok {
+				return nil, fmt.Errorf("gateway: tool %s: no client for upstream %q", t.Name, t.Upstream.Name)
+			}
+			g.callers[t.Name] = c
+		}
+	}
+	version := cfg.Version
+	if version == "" {
+		version = "dev"
+	}
+	g.mcp = g.newMCPServer(version)
+	return g, nil
+}
+
+// CallRequest is one tool call from an agent.
+type CallRequest struct {
+	Tool  string          `json:"tool"`
+	Args  json.RawMessage `json:"args"`
+	RunID string          `json:"run_id,omitempty"`
+}
+
+// Call is the one call path of MCP and POST /v1/calls. Errors are bad
+// input, refusals and an unreachable store: in each case nothing ran.
+func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
+	tool := g.m.Tool(req.Tool)
+	if tool == nil {
+		return nil, airlock.FieldErrorf(airlock.CodeUnknownTool, "tool", "no tool named %q; the tools are: %s", req.Tool, strings.Join(g.callableNames(), ", "))
+	}
+	if tool.Kind == airlock.KindIrreversible {
+		return nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool",
+			"%s is irreversible: an agent cannot call it directly. It must be proposed as a plan and approved; nothing was executed", tool.Name)
+	}
+	caller, ok := g.callers[tool.Name]
+	if !ok {
+		return nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool", "tool %s has no upstream configured; nothing was executed", tool.Name)
+	}
+	args, err := airlock.ParseArgs(req.Args)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.schemas[tool.Name].validate(args); err != nil {
+		return nil, err
+	}
+	canon := airlock.CanonicalArgs(args)
+
+	if tool.Kind == airlock.KindRead {
+		ctx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
+		defer cancel()
+		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon})
+		switch out.Kind {
+		case airlock.OutcomeSucceeded:
+			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result}, nil
+		case airlock.OutcomeFailed:
+			return &airlock.Answer{Status: airlock.StatusFailed, Result: out.Result}, nil
+		default:
+			return nil, &airlock.Error{Code: airlock.CodeUpstream, Err: out.Err,
+				Message: fmt.Sprintf("%s could not be read from its service; nothing was changed and it is safe to try again later", tool.Name)}
+		}
+	}
+	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: canon, RunID: req.RunID},
+		func(ctx context.Context, key string) airlock.Outcome {
+			return caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, Key: key})
+		})
+}
+
+// callableNames lists the tools an agent may call.
+func (g *Gateway) callableNames() []string {
+	var names []string
+	for _, t := range g.m.Tools {
+		if t.Kind != airlock.KindIrreversible {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+// AnswerObject is the JSON an agent receives (POST /v1/calls, and MCP
+// structured content): the answer, never the key.
+func AnswerObject(a *airlock.Answer) map[string]any {
+	obj := map[string]any{"status": a.Status, "repeat": a.Repeat}
+	if a.Result != nil {
+		obj["result"] = a.Result
+	}
+	if a.Conflict != nil {
+		obj["conflict"] = a.Conflict
+	}
+	if a.Message != "" {
+		obj["message"] = a.Message
+	}
+	return obj
+}
+
+// decodeBody reads a JSON body into v, capped at maxBody, refusing
+// unknown fields; errors name the problem.
+func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return airlock.Errorf(airlock.CodeTooLarge, "the request body is larger than %d bytes; nothing was executed", g.maxBody)
+		}
+		return airlock.Errorf(airlock.CodeInvalidArgument, "reading the request body: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		var syntaxErr *json.SyntaxError
+		switch {
+		case errors.As(err, &typeErr):
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, typeErr.Field, "field %q must be %s, not a JSON %s; nothing was executed", typeErr.Field, goTypeWord(typeErr.Type.Kind().String()), typeErr.Value)
+		case errors.As(err, &syntaxErr):
+			return airlock.Errorf(airlock.CodeInvalidArgument, "the request body is not valid JSON (at byte %d): %v; nothing was executed", syntaxErr.Offset, err)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, f, "unknown field %q in the request body; nothing was executed", f)
+		case errors.Is(err, io.EOF):
+			return airlock.Errorf(airlock.CodeInvalidArgument, "the request body is empty: want a JSON object; nothing was executed")
+		}
+		return airlock.Errorf(airlock.CodeInvalidArgument, "the request body is not valid JSON: %v; nothing was executed", err)
+	}
+	if dec.More() {
+		return airlock.Errorf(airlock.CodeInvalidArgument, "the request body has more than one JSON value; nothing was executed")
+	}
+	return nil
+}
+
+func goTypeWord(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	}
+	return "a " + kind
+}

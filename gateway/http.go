@@ -1,0 +1,128 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock"
+)
+
+var (
+	agents    = []string{airlock.RoleAgent, airlock.RoleAdmin}
+	readers   = []string{airlock.RoleApprover, airlock.RoleAdmin}
+	adminOnly = []string{airlock.RoleAdmin}
+)
+
+// Handler is the whole HTTP surface: /mcp, /v1/..., /healthz, /readyz.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", g.handleReady)
+	mux.Handle("POST /v1/calls", g.require(agents, http.HandlerFunc(g.handleCall)))
+	mux.Handle("GET /v1/tools", g.require(readers, http.HandlerFunc(g.handleTools)))
+	mux.Handle("GET /v1/records/{key}", g.require(readers, http.HandlerFunc(g.handleRecord)))
+	mux.Handle("POST /v1/records/{key}/settle", g.require(adminOnly, http.HandlerFunc(g.handleSettle)))
+
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.mcp }, &mcp.StreamableHTTPOptions{
+		Logger:              g.log,
+		MaxRequestBodyBytes: g.maxBody,
+	})
+	// The MCP spec asks servers to check Origin: a browser page on another
+	// origin must not drive the agent's tools.
+	mux.Handle("/mcp", g.require(agents, http.NewCrossOriginProtection().Handler(mcpHandler)))
+
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, g.log, airlock.Errorf(airlock.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
+	if err := g.store.Ping(r.Context()); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (g *Gateway) handleCall(w http.ResponseWriter, r *http.Request) {
+	var req CallRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	if req.Tool == "" {
+		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "tool", "required: the tool's name; the tools are: %s", strings.Join(g.callableNames(), ", ")))
+		return
+	}
+	if req.RunID == "" {
+		req.RunID = r.Header.Get(RunHeader)
+	}
+	a, err := g.Call(r.Context(), &req)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, AnswerObject(a))
+}
+
+func (g *Gateway) handleTools(w http.ResponseWriter, r *http.Request) {
+	out := make([]airlock.ToolInfo, 0, len(g.m.Tools))
+	for _, t := range g.m.Tools {
+		out = append(out, t.Info())
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tools": out})
+}
+
+func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) {
+	rec, err := g.guard.Get(r.Context(), r.PathValue("key"))
+	if err != nil {
+		if airlock.ErrorCode(err) == airlock.CodeNotFound || err == airlock.ErrNotFound {
+			err = airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", r.PathValue("key"))
+		}
+		writeError(w, g.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+// settleRequest is the body of POST /v1/records/{key}/settle.
+type settleRequest struct {
+	Happened *bool          `json:"happened"`
+	Result   json.RawMessage `json:"result"`
+	Note     string          `json:"note"`
+}
+
+func (g *Gateway) handleSettle(w http.ResponseWriter, r *http.Request) {
+	var req settleRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	if req.Happened == nil {
+		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "happened", "required: true (it happened; give its result) or false (it did not; the key is freed)"))
+		return
+	}
+	if strings.TrimSpace(req.Note) == "" {
+		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "note", "required: how you know (for the audit trail)"))
+		return
+	}
+	if *req.Happened && len(req.Result) > 0 && !json.Valid(req.Result) {
+		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "result", "must be JSON"))
+		return
+	}
+	p, _ := PrincipalFrom(r.Context())
+	note := p.Name + " at " + time.Now().UTC().Format(time.RFC3339) + ": " + req.Note
+	rec, err := g.guard.Settle(r.Context(), r.PathValue("key"), *req.Happened, req.Result, note)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}

@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/airlockhq/airlock"
+)
+
+// argsSchema validates a tool's arguments: first the common mistakes with
+// messages that name the field (missing required field, wrong type,
+// unknown field), then the whole JSON Schema.
+type argsSchema struct {
+	raw      map[string]any
+	resolved *jsonschema.Resolved
+}
+
+func newArgsSchema(tool *airlock.Tool) (*argsSchema, error) {
+	raw := tool.InputSchema
+	if raw == nil {
+		raw = map[string]any{"type": "object"}
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("tool %s: input_schema: %w", tool.Name, err)
+	}
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: input_schema: %w", tool.Name, err)
+	}
+	return &argsSchema{raw: raw, resolved: rs}, nil
+}
+
+// jsonSchemaJSON is the schema as JSON, for MCP tool lists.
+func (a *argsSchema) jsonSchemaJSON() json.RawMessage {
+	b, _ := json.Marshal(a.raw)
+	return b
+}
+
+func jsonType(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case json.Number:
+		if _, err := x.Int64(); err == nil || !strings.ContainsAny(x.String(), ".eE") {
+			return "integer"
+		}
+		return "number"
+	case float64:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func typeMatches(want, got string) bool {
+	return want == got || (want == "number" && got == "integer")
+}
+
+var schemaPathRE = regexp.MustCompile(`/properties/([^/:\s]+)`)
+
+// validate checks parsed arguments (from airlock.ParseArgs).
+func (a *argsSchema) validate(args map[string]any) error {
+	props, _ := a.raw["properties"].(map[string]any)
+	if req, ok := a.raw["required"].([]any); ok {
+		for _, r := range req {
+			name, _ := r.(string)
+			if v, present := args[name]; !present || v == nil {
+				return airlock.FieldErrorf(airlock.CodeMissingField, name, "missing required field %q; nothing was executed", name)
+			}
+		}
+	}
+	names := make([]string, 0, len(args))
+	for k := range args {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p, known := props[name].(map[string]any)
+		if !known {
+			if ap, ok := a.raw["additionalProperties"].(bool); ok && !ap {
+				known := make([]string, 0, len(props))
+				for k := range props {
+					known = append(known, k)
+				}
+				sort.Strings(known)
+				return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown field %q: the fields are %s; nothing was executed", name, strings.Join(known, ", "))
+			}
+			continue
+		}
+		if want, ok := p["type"].(string); ok {
+			if got := jsonType(args[name]); !typeMatches(want, got) {
+				return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "field %q must be %s, not %s; nothing was executed", name, article(want), article(got))
+			}
+		}
+	}
+	// The full schema (enums, patterns, nested objects). jsonschema-go
+	// wants plain JSON values, not json.Number.
+	var plain any
+	_ = json.Unmarshal(airlock.CanonicalArgs(args), &plain)
+	if err := a.resolved.Validate(plain); err != nil {
+		field := ""
+		if m := schemaPathRE.FindStringSubmatch(err.Error()); m != nil {
+			field = m[1]
+		}
+		msg := strings.TrimPrefix(err.Error(), "validating root: ")
+		return &airlock.Error{Code: airlock.CodeInvalidArgument, Field: field, Message: "the arguments do not match the tool's input schema: " + msg + "; nothing was executed"}
+	}
+	return nil
+}
+
+func article(t string) string {
+	switch t {
+	case "array", "integer", "object":
+		return "an " + t
+	case "null":
+		return "null"
+	}
+	return "a " + t
+}
