@@ -94,7 +94,7 @@ func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) {
 
 // settleRequest is the body of POST /v1/records/{key}/settle.
 type settleRequest struct {
-	Happened *bool          `json:"happened"`
+	Happened *bool           `json:"happened"`
 	Result   json.RawMessage `json:"result"`
 	Note     string          `json:"note"`
 }
