@@ -55,6 +55,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported to MCP clients. Default "dev".
 	Version string
+	// DefaultRunID is the run of MCP calls that name none (no _meta, no
+	// header, no session id: stdio). Default: none.
+	DefaultRunID string
 }
 
 // Gateway serves the tools.
@@ -68,6 +71,7 @@ type Gateway struct {
 	maxBody int64
 	log     *slog.Logger
 	mcp     *mcp.Server
+	run     string
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -78,7 +82,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
-		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger,
+		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID,
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody

@@ -72,6 +72,9 @@ func (g *Gateway) mcpHandler(t *airlock.Tool) mcp.ToolHandler {
 		if run == "" && req.Session != nil {
 			run = req.Session.ID()
 		}
+		if run == "" {
+			run = g.run
+		}
 		args := req.Params.Arguments
 		if len(args) == 0 || string(args) == "null" {
 			args = json.RawMessage(`{}`)

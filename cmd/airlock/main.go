@@ -43,6 +43,8 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"serve", "serve MCP (/mcp) and the HTTP API; no flags: the bundled example on embedded SQLite", cmdServe},
+		{"mcp", "serve the tools over stdio for desktop agents", cmdMCP},
 		{"migrate", "apply the database migrations (--db DSN)", cmdMigrate},
 		{"key", "print the key of a call and every part that went into it", cmdKey},
 		{"tools", "tools check (the CI lint) | tools list --format md|json", cmdTools},
