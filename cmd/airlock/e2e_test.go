@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/testdb"
+)
+
+func callNote(t *testing.T, s *mcp.ClientSession, tool, record, text string) *mcp.CallToolResult {
+	t.Helper()
+	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"record_id": record, "text": text}})
+	if err != nil {
+		t.Fatalf("CallTool %s: %v", tool, err)
+	}
+	return res
+}
+
+func TestE2EMCPClientListsAndCallsOnce(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t)
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	s := mcpClient(t, airlockProc.url(), agentToken)
+
+	tools, err := s.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*mcp.Tool{}
+	for _, tool := range tools.Tools {
+		byName[tool.Name] = tool
+		raw, _ := json.Marshal(tool)
+		if strings.Contains(strings.ToLower(string(raw)), "key\"") || strings.Contains(strings.ToLower(string(raw)), "idempotency") {
+			t.Errorf("tool %s mentions a key: %s", tool.Name, raw)
+		}
+	}
+	if _, listed := byName["approve_withdrawal"]; listed {
+		t.Error("the irreversible tool is listed as callable")
+	}
+	if r := byName["get_withdrawal"]; r == nil || !r.Annotations.ReadOnlyHint || !r.Annotations.IdempotentHint {
+		t.Errorf("get_withdrawal annotations: %+v", r)
+	}
+	if w := byName["add_note"]; w == nil || w.Annotations.ReadOnlyHint || !w.Annotations.IdempotentHint ||
+		w.Annotations.DestructiveHint == nil || *w.Annotations.DestructiveHint || w.Annotations.OpenWorldHint == nil || !*w.Annotations.OpenWorldHint {
+		t.Errorf("add_note annotations: %+v", w.Annotations)
+	}
+
+	first := callNote(t, s, "add_note", "WD-1", "checked")
+	second := callNote(t, s, "add_note", " wd-1", "checked ")
+	a, b := structured(t, first), structured(t, second)
+	if a["status"] != "succeeded" || a["repeat"] != false || b["repeat"] != true || second.Meta["io.airlock/repeat"] != true {
+		t.Fatalf("first %v, second %v (meta %v)", a, b, second.Meta)
+	}
+	if fmt.Sprint(a["result"]) != fmt.Sprint(b["result"]) {
+		t.Fatalf("the repeat did not get the first result: %v vs %v", a["result"], b["result"])
+	}
+	text := second.Content[0].(*mcp.TextContent).Text
+	if !strings.Contains(text, "already done") || strings.Contains(text, "key") {
+		t.Fatalf("repeat text: %q", text)
+	}
+	if got := stats(t, payments).Notes["WD-1"]; len(got) != 1 {
+		t.Fatalf("upstream executed %d notes, want 1", len(got))
+	}
+	raw, _ := json.Marshal(first)
+	if strings.Contains(string(raw), "idempotency") {
+		t.Fatalf("the answer leaks the key: %s", raw)
+	}
+}
+
+func TestE2EIncidentClientTimesOutAndRetries(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t, "--latency", "2500ms")
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	s := mcpClient(t, airlockProc.url(), agentToken)
+
+	// A model's client gives up after 800ms and tries again, three times.
+	for i := range 4 {
+		ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "add_note", Arguments: map[string]any{"record_id": "WD-24817", "text": "approved overnight"}})
+		cancel()
+		if err == nil {
+			t.Logf("attempt %d answered: %v", i, structured(t, res))
+		}
+	}
+	// The last retry, with patience, gets the first (and only) result.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "add_note", Arguments: map[string]any{"record_id": "WD-24817", "text": "approved overnight"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := structured(t, res)
+	if got["status"] != "succeeded" || got["repeat"] != true {
+		t.Fatalf("final retry: %v", got)
+	}
+	time.Sleep(3 * time.Second) // anything still in flight upstream would land now
+	if n := len(stats(t, payments).Notes["WD-24817"]); n != 1 {
+		t.Fatalf("upstream executed %d times, want exactly 1", n)
+	}
+}
+
+func TestE2EMCPUpstreams(t *testing.T) {
+	t.Parallel()
+	notesHTTP := start(t, nil, bin(t, "notes-mcp"), "--http", "127.0.0.1:0")
+	payments := startPayments(t)
+	airlockProc := serve(t, e2eManifest(t, payments.url(), bin(t, "notes-mcp"), notesHTTP.url(), ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	s := mcpClient(t, airlockProc.url(), agentToken)
+	for _, via := range []string{"stdio", "http"} {
+		t.Run(via, func(t *testing.T) {
+			first := structured(t, callNote(t, s, "note_"+via, "WD-7", "via "+via))
+			second := structured(t, callNote(t, s, "note_"+via, "WD-7", "via "+via))
+			if first["status"] != "succeeded" || second["repeat"] != true {
+				t.Fatalf("first %v second %v", first, second)
+			}
+			res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "list_" + via, Arguments: map[string]any{"record_id": "WD-7"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := structured(t, res)["result"].(map[string]any)
+			notes := list["notes"].([]any)
+			if len(notes) != 1 {
+				t.Fatalf("the MCP upstream executed %d notes, want 1: %v", len(notes), list)
+			}
+			if key, _ := notes[0].(map[string]any)["key"].(string); len(key) != 32 {
+				t.Fatalf("the upstream did not receive the key in _meta: %v", notes[0])
+			}
+		})
+	}
+}
+
+func TestE2EBadInputRunsNothing(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t)
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	calls := airlockProc.url() + "/v1/calls"
+	big := `{"tool":"add_note","args":{"record_id":"WD-1","text":"` + strings.Repeat("x", 2<<20) + `"}}`
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       string
+		field      string
+		contains   string
+	}{
+		{"malformed JSON", `{"tool": "add_note", "args": {`, 400, "invalid_argument", "", "not valid JSON"},
+		{"empty body", ``, 400, "invalid_argument", "", "empty"},
+		{"wrong type of tool", `{"tool": 5, "args": {}}`, 400, "invalid_argument", "tool", "must be a string"},
+		{"args not an object", `{"tool": "add_note", "args": [1]}`, 400, "invalid_argument", "args", "object"},
+		{"wrong type of a field", `{"tool": "add_note", "args": {"record_id": 5, "text": "x"}}`, 400, "invalid_argument", "record_id", "must be a string"},
+		{"unknown field in args", `{"tool": "add_note", "args": {"record_id": "WD-1", "text": "x", "amount": 1}}`, 400, "invalid_argument", "amount", "unknown field"},
+		{"unknown field in body", `{"tool": "add_note", "args": {}, "key": "x"}`, 400, "invalid_argument", "key", "unknown field"},
+		{"unknown tool", `{"tool": "send_money", "args": {}}`, 404, "unknown_tool", "tool", "add_note"},
+		{"missing natural-key field", `{"tool": "add_note", "args": {"text": "x"}}`, 400, "missing_field", "record_id", "record_id"},
+		{"blank natural-key field", `{"tool": "add_note", "args": {"record_id": "  ", "text": "x"}}`, 400, "missing_field", "record_id", "empty"},
+		{"irreversible tool", `{"tool": "approve_withdrawal", "args": {"record_id": "WD-1"}}`, 403, "not_callable", "tool", "irreversible"},
+		{"oversized body", big, 413, "too_large", "", "larger than"},
+		{"run window without a run", `{"tool": "limited_note", "args": {"record_id": "WD-1", "text": "x"}}`, 400, "missing_field", "run_id", "run id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			status, body := apiCall(t, "POST", calls, agentToken, tc.body)
+			e, _ := body["error"].(map[string]any)
+			if status != tc.status || e["code"] != tc.code || (tc.field != "" && e["field"] != tc.field) || !strings.Contains(fmt.Sprint(e["message"]), tc.contains) {
+				t.Fatalf("got %d %v; want %d %s field %q containing %q", status, body, tc.status, tc.code, tc.field, tc.contains)
+			}
+		})
+	}
+	t.Run("budget", func(t *testing.T) {
+		t.Parallel()
+		for i := range 3 {
+			status, body := apiCall(t, "POST", calls, agentToken, fmt.Sprintf(`{"tool":"limited_note","args":{"record_id":"WD-9","text":"n%d"}}`, i), "X-Airlock-Run", "run-budget")
+			if i < 2 && status != 200 {
+				t.Fatalf("call %d: %d %v", i, status, body)
+			}
+			if i == 2 {
+				e, _ := body["error"].(map[string]any)
+				if status != 429 || e["code"] != "budget_exceeded" || !strings.Contains(fmt.Sprint(e["message"]), "max_calls_per_run") {
+					t.Fatalf("past the budget: %d %v", status, body)
+				}
+			}
+		}
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			return
+		}
+		// Nothing of the bad input reached the upstream: only the two
+		// budgeted notes did.
+		if s := stats(t, payments); s.Calls != 2 {
+			t.Errorf("upstream calls %d, want 2 (the budget test's)", s.Calls)
+		}
+	})
+}
+
+func TestE2EAuthMatrix(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t)
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	u := airlockProc.url()
+	call := `{"tool":"get_withdrawal","args":{"record_id":"WD-1"}}`
+	settle := `{"happened": false, "note": "checked"}`
+	for _, tc := range []struct {
+		name, method, path, token, body string
+		want                            int
+	}{
+		{"no token", "POST", "/v1/calls", "", call, 401},
+		{"wrong token", "POST", "/v1/calls", "nope", call, 401},
+		{"agent calls", "POST", "/v1/calls", agentToken, call, 200},
+		{"approver cannot call", "POST", "/v1/calls", approverToken, call, 403},
+		{"admin calls", "POST", "/v1/calls", adminToken, call, 200},
+		{"agent cannot list the registry", "GET", "/v1/tools", agentToken, "", 403},
+		{"approver lists the registry", "GET", "/v1/tools", approverToken, "", 200},
+		{"agent cannot read records", "GET", "/v1/records/abc", agentToken, "", 403},
+		{"approver reads records", "GET", "/v1/records/abc", approverToken, "", 404},
+		{"approver cannot settle", "POST", "/v1/records/abc/settle", approverToken, settle, 403},
+		{"admin settles", "POST", "/v1/records/abc/settle", adminToken, settle, 404},
+		{"approver cannot reach MCP", "POST", "/mcp", approverToken, `{}`, 403},
+		{"no token on MCP", "POST", "/mcp", "", `{}`, 401},
+		{"health needs no token", "GET", "/healthz", "", "", 200},
+		{"readiness needs no token", "GET", "/readyz", "", "", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if status, body := apiCall(t, tc.method, u+tc.path, tc.token, tc.body); status != tc.want {
+				t.Fatalf("%s %s: %d %v, want %d", tc.method, tc.path, status, body, tc.want)
+			}
+		})
+	}
+	t.Run("cross-origin MCP request is refused", func(t *testing.T) {
+		t.Parallel()
+		status, _ := apiCall(t, "POST", u+"/mcp", agentToken, `{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+			"Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site", "Content-Type", "application/json")
+		if status != http.StatusForbidden {
+			t.Fatalf("cross-origin: %d, want 403", status)
+		}
+	})
+}
+
+func TestE2EStdioServer(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t)
+	config := e2eManifest(t, payments.url(), "", "", "")
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop-agent", Version: "v1"}, nil)
+	cmd := exec.Command(bin(t, "airlock"), "mcp", "--config", config, "--db", "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	cmd.Env = tokenEnv
+	s, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := structured(t, callNote(t, s, "add_note", "WD-5", "stdio"))
+	second := structured(t, callNote(t, s, "add_note", "WD-5", "stdio"))
+	if first["repeat"] != false || second["repeat"] != true {
+		t.Fatalf("first %v second %v", first, second)
+	}
+	if n := len(stats(t, payments).Notes["WD-5"]); n != 1 {
+		t.Fatalf("upstream executed %d times", n)
+	}
+}
+
+func TestE2EThreeReplicasOnePostgres(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.Schema(t)
+	payments := startPayments(t) // naive: airlock alone must keep it to one execution per key
+	config := e2eManifest(t, payments.url(), "", "", "")
+	replicas := []*proc{serve(t, config, dsn), serve(t, config, dsn), serve(t, config, dsn)}
+	const keys, callers = 200, 8
+	var wg sync.WaitGroup
+	errs := make(chan string, keys*callers)
+	for k := range keys {
+		for c := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := replicas[(k+c)%len(replicas)]
+				status, body := apiCall(t, "POST", r.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"add_note","args":{"record_id":"WD-%d","text":"x"}}`, k))
+				if status != 200 || body["status"] != "succeeded" {
+					errs <- fmt.Sprintf("key %d caller %d: %d %v", k, c, status, body)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	st := stats(t, payments)
+	if st.Calls != keys {
+		t.Errorf("upstream executed %d calls for %d keys", st.Calls, keys)
+	}
+	for k := range keys {
+		if n := len(st.Notes[fmt.Sprintf("WD-%d", k)]); n != 1 {
+			t.Errorf("WD-%d executed %d times", k, n)
+		}
+	}
+}
