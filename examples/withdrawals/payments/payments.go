@@ -226,7 +226,9 @@ func (s *Service) Stats() Stats {
 	return st
 }
 
-func (s *Service) stats(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) }
+func (s *Service) stats(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Stats())
+}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
