@@ -304,3 +304,43 @@ func TestE2EThreeReplicasOnePostgres(t *testing.T) {
 		}
 	}
 }
+
+func TestE2EGracefulShutdownFinishesInFlightCalls(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t, "--latency", "1500ms")
+	db := filepath.Join(t.TempDir(), "a.db")
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+db)
+	type reply struct {
+		status int
+		body   map[string]any
+	}
+	done := make(chan reply, 1)
+	go func() {
+		s, b := apiCall(t, "POST", airlockProc.url()+"/v1/calls", agentToken, `{"tool":"add_note","args":{"record_id":"WD-3","text":"late"}}`)
+		done <- reply{s, b}
+	}()
+	time.Sleep(300 * time.Millisecond) // the call is claimed and upstream
+	airlockProc.stop()
+	r := <-done
+	if r.status != 200 || r.body["status"] != "succeeded" {
+		t.Fatalf("in-flight call during shutdown: %d %v", r.status, r.body)
+	}
+	// Restarted on the same database, the record is complete: a repeat
+	// gets the result, nothing runs again.
+	again := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+db)
+	status, body := apiCall(t, "POST", again.url()+"/v1/calls", agentToken, `{"tool":"add_note","args":{"record_id":"WD-3","text":"late"}}`)
+	if status != 200 || body["repeat"] != true || body["status"] != "succeeded" {
+		t.Fatalf("after restart: %d %v", status, body)
+	}
+	if n := len(stats(t, payments).Notes["WD-3"]); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+}
+
+func TestServeRefusesPublicAddressWithoutTokens(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "serve", "--listen", "0.0.0.0:0", "--db", "sqlite:"+filepath.Join(t.TempDir(), "a.db"), "--example-payments", "off")
+	if r.code == 0 || !strings.Contains(r.stderr, "without tokens") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+}
