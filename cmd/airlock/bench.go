@@ -24,6 +24,7 @@ func cmdBench(e *env, args []string) int {
 	fs.StringVar(&cfg.KeySpace, "key-space", "", "a name that makes keys deterministic, so processes with the same flags contend for the same keys")
 	fs.StringVar(&cfg.Impl, "impl", "airlock", "airlock, or baseline: a plain claim-insert / update-result loop over the same driver")
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each side effect takes (default 0; race: 5ms)")
+	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http or mcp (http and mcp also measure direct and core in the same run)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -53,6 +54,9 @@ func cmdBench(e *env, args []string) int {
 	}
 	defer s.Close()
 
+	if *through != "" {
+		return benchThrough(e, s, cfg, *through)
+	}
 	var caller bench.Caller
 	if cfg.Impl == "baseline" {
 		switch d := s.(type) {
@@ -75,6 +79,56 @@ func cmdBench(e *env, args []string) int {
 		caller = &bench.GuardCaller{Guard: g, Tool: bench.BenchTool()}
 	}
 	res := bench.Run(e.ctx, caller, cfg)
+	if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
+		return fail(e, "%v", err)
+	}
+	if !res.OK {
+		return 1
+	}
+	return 0
+}
+
+// benchThrough measures a call path end to end; for the gateway paths it
+// first measures a direct call and the core path on fresh keys, so the
+// added cost is read from one run.
+func benchThrough(e *env, s airlock.Store, cfg bench.Config, path string) int {
+	th, err := bench.StartThrough(e.ctx, s)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer th.Close()
+	measure := func(p string) (bench.Result, error) {
+		c, err := th.Caller(e.ctx, p)
+		if err != nil {
+			return bench.Result{}, err
+		}
+		run := cfg
+		if run.KeySpace != "" {
+			run.KeySpace += "-" + p
+		}
+		res := bench.Run(e.ctx, c, run)
+		res.Through = p
+		return res, nil
+	}
+	var direct, core bench.Result
+	if path == bench.ThroughHTTP || path == bench.ThroughMCP {
+		if direct, err = measure(bench.ThroughDirect); err != nil {
+			return fail(e, "%v", err)
+		}
+		if core, err = measure(bench.ThroughCore); err != nil {
+			return fail(e, "%v", err)
+		}
+	}
+	res, err := measure(path)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	if core.Calls > 0 {
+		res.DirectP50us, res.CoreP50us = direct.P50us, core.P50us
+		added := res.P50us - core.P50us
+		res.AddedP50us = &added
+		res.OK = res.OK && core.OK // direct is the unprotected call; its repeats execute again
+	}
 	if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
 		return fail(e, "%v", err)
 	}

@@ -68,9 +68,16 @@ type Result struct {
 	WakeP50us  int64   `json:"wake_p50_us,omitempty"`
 	WakeP99us  int64   `json:"wake_p99_us,omitempty"`
 	PeakRSSMiB float64 `json:"peak_rss_mib,omitempty"`
-	Errors     int64   `json:"errors"`
-	OK         bool    `json:"ok"`
-	Error      string  `json:"error,omitempty"`
+	// Through is the call path (--through); with http or mcp the same run
+	// also measures a direct call to the upstream and the core path, and
+	// AddedP50us is this path's median minus the core's.
+	Through     string `json:"through,omitempty"`
+	DirectP50us int64  `json:"direct_p50_us,omitempty"`
+	CoreP50us   int64  `json:"core_p50_us,omitempty"`
+	AddedP50us  *int64 `json:"added_p50_us,omitempty"`
+	Errors      int64  `json:"errors"`
+	OK          bool   `json:"ok"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Validate checks the configuration, naming the flag at fault.

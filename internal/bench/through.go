@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/upstream"
+	"github.com/airlockhq/airlock/upstream/httpjson"
+)
+
+// Call paths for --through.
+const (
+	ThroughDirect = "direct" // POST to the upstream, no airlock
+	ThroughCore   = "core"   // the guard in process, the upstream over HTTP
+	ThroughHTTP   = "http"   // POST /v1/calls to a gateway on loopback
+	ThroughMCP    = "mcp"    // an MCP client to the gateway's /mcp
+)
+
+const benchToken = "bench-agent-token"
+
+// Through is an in-process upstream and gateway on loopback, for measuring
+// the whole path of a call.
+type Through struct {
+	guard       *airlock.Guard
+	tool        *airlock.Tool
+	upstreamURL string
+	gatewayURL  string
+	client      *http.Client
+	pending     sync.Map // record_id -> func() json.RawMessage
+	servers     []*http.Server
+	mcp         *mcp.ClientSession
+}
+
+// StartThrough starts the upstream and the gateway over store.
+func StartThrough(ctx context.Context, store airlock.Store) (*Through, error) {
+	t := &Through{}
+	t.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}}
+	up, err := t.serve(http.HandlerFunc(t.upstream))
+	if err != nil {
+		return nil, err
+	}
+	t.upstreamURL = up
+	w := airlock.Window{Kind: airlock.WindowForever}
+	t.tool = BenchTool()
+	t.tool.Window = &w
+	t.tool.Upstream = &airlock.ToolUpstream{Name: "bench", Path: "/do"}
+	m := &airlock.Manifest{Version: 1, Upstreams: map[string]airlock.Upstream{"bench": {HTTP: up}}, Tools: []*airlock.Tool{t.tool}}
+	if err := m.Prepare(); err != nil {
+		return nil, err
+	}
+	t.guard = airlock.NewGuard(store, nil)
+	gw, err := gateway.New(gateway.Config{
+		Manifest: m, Guard: t.guard, Store: store,
+		Upstreams: map[string]upstream.Caller{"bench": httpjson.New(up, &httpjson.Config{HTTPClient: t.client})},
+		Tokens:    []gateway.Token{{Name: "bench", Role: airlock.RoleAgent, SHA256: gateway.HashToken(benchToken)}},
+		Logger:    slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.gatewayURL, err = t.serve(gw.Handler()); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Through) serve(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	t.servers = append(t.servers, srv)
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// Close stops the servers and the guard.
+func (t *Through) Close() {
+	if t.mcp != nil {
+		t.mcp.Close()
+	}
+	for _, s := range t.servers {
+		_ = s.Close()
+	}
+	if t.guard != nil {
+		t.guard.Close()
+	}
+}
+
+// upstream is the service: it runs the side effect registered for the record.
+func (t *Through) upstream(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		RecordID string `json:"record_id"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&in)
+	out := json.RawMessage(`{"ok":true}`)
+	if fn, ok := t.pending.Load(in.RecordID); ok {
+		out = fn.(func() json.RawMessage)()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// Caller returns the Caller for a path.
+func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
+	switch path {
+	case ThroughDirect:
+		return callerFunc(t.direct), nil
+	case ThroughCore:
+		return callerFunc(t.core), nil
+	case ThroughHTTP:
+		return callerFunc(t.viaHTTP), nil
+	case ThroughMCP:
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v1"}, nil)
+		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{
+			Endpoint: t.gatewayURL + "/mcp", MaxRetries: -1,
+			HTTPClient: &http.Client{Transport: tokenTransport{t.client.Transport}},
+		}, nil)
+		if err != nil {
+			return nil, err
+		}
+		t.mcp = s
+		return callerFunc(t.viaMCP), nil
+	}
+	return nil, fmt.Errorf("--through %q: want direct, core, http or mcp", path)
+}
+
+type callerFunc func(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error)
+
+func (f callerFunc) Call(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+	return f(ctx, key, fn)
+}
+
+type tokenTransport struct{ next http.RoundTripper }
+
+func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+benchToken)
+	return tt.next.RoundTrip(r)
+}
+
+// register makes the upstream run fn for key, and reports whether it did.
+func (t *Through) register(key string, fn func() json.RawMessage) (executed *atomic.Bool, done func()) {
+	ran := new(atomic.Bool)
+	t.pending.Store(key, func() json.RawMessage {
+		ran.Store(true)
+		return fn()
+	})
+	return ran, func() { t.pending.Delete(key) }
+}
+
+func (t *Through) post(ctx context.Context, url string, body []byte, header ...string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
+	}
+	return b, err
+}
+
+func (t *Through) direct(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+	ran, done := t.register(key, fn)
+	defer done()
+	body, _ := json.Marshal(map[string]string{"record_id": key})
+	out, err := t.post(ctx, t.upstreamURL+"/do", body)
+	return out, ran.Load(), err
+}
+
+func (t *Through) core(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+	ran, done := t.register(key, fn)
+	defer done()
+	args, _ := json.Marshal(map[string]string{"record_id": key})
+	ans, err := t.guard.Do(ctx, &airlock.Call{Tool: t.tool, Args: args}, func(ctx context.Context, k string) airlock.Outcome {
+		out, err := t.post(ctx, t.upstreamURL+"/do", args, "Idempotency-Key", k)
+		if err != nil {
+			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
+		}
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: out}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return ans.Result, ran.Load(), nil
+}
+
+func (t *Through) viaHTTP(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+	ran, done := t.register(key, fn)
+	defer done()
+	body, _ := json.Marshal(map[string]any{"tool": t.tool.Name, "args": map[string]string{"record_id": key}})
+	out, err := t.post(ctx, t.gatewayURL+"/v1/calls", body, "Authorization", "Bearer "+benchToken)
+	return out, ran.Load(), err
+}
+
+func (t *Through) viaMCP(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+	ran, done := t.register(key, fn)
+	defer done()
+	res, err := t.mcp.CallTool(ctx, &mcp.CallToolParams{Name: t.tool.Name, Arguments: map[string]string{"record_id": key}})
+	if err != nil {
+		return nil, false, err
+	}
+	if res.IsError {
+		return nil, false, fmt.Errorf("tool error: %v", res.Content)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	return b, ran.Load(), nil
+}
