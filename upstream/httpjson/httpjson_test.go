@@ -1,0 +1,117 @@
+package httpjson_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/upstream"
+	"github.com/airlockhq/airlock/upstream/httpjson"
+)
+
+func tool() *airlock.Tool {
+	return &airlock.Tool{Name: "pay", Kind: airlock.KindWrite, Upstream: &airlock.ToolUpstream{Name: "svc", Path: "/pay"}}
+}
+
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   airlock.OutcomeKind
+	}{
+		{"200 succeeded", 200, `{"id":1}`, airlock.OutcomeSucceeded},
+		{"201 succeeded", 201, `{"id":1}`, airlock.OutcomeSucceeded},
+		{"400 failed", 400, `{"error":"bad"}`, airlock.OutcomeFailed},
+		{"404 failed", 404, `nope`, airlock.OutcomeFailed},
+		{"409 failed", 409, `{}`, airlock.OutcomeFailed},
+		{"422 failed", 422, `{}`, airlock.OutcomeFailed},
+		{"408 unknown", 408, ``, airlock.OutcomeUnknown},
+		{"425 unknown", 425, ``, airlock.OutcomeUnknown},
+		{"429 unknown", 429, ``, airlock.OutcomeUnknown},
+		{"500 unknown", 500, ``, airlock.OutcomeUnknown},
+		{"503 unknown", 503, ``, airlock.OutcomeUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var gotKey, gotBody string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				gotKey = r.Header.Get("Idempotency-Key")
+				var b json.RawMessage
+				_ = json.NewDecoder(r.Body).Decode(&b)
+				gotBody = string(b)
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			c := httpjson.New(srv.URL, nil)
+			defer c.Close()
+			out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{"a":1}`), Key: "k123"})
+			if out.Kind != tc.want {
+				t.Fatalf("outcome %d (%v), want %d", out.Kind, out.Err, tc.want)
+			}
+			if gotKey != "k123" || gotBody != `{"a":1}` {
+				t.Fatalf("request: key %q body %q", gotKey, gotBody)
+			}
+			if tc.want == airlock.OutcomeSucceeded && string(out.Result) != tc.body {
+				t.Fatalf("result %s", out.Result)
+			}
+			if tc.want == airlock.OutcomeFailed && !json.Valid(out.Result) {
+				t.Fatalf("failure result is not JSON: %s", out.Result)
+			}
+		})
+	}
+}
+
+func TestConnectionRefusedIsNotSent(t *testing.T) {
+	t.Parallel()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := httpjson.New("http://"+addr, nil)
+	out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{}`), Key: "k"})
+	if out.Kind != airlock.OutcomeNotSent {
+		t.Fatalf("outcome %d (%v), want not sent", out.Kind, out.Err)
+	}
+}
+
+func TestTimeoutAfterSendIsUnknown(t *testing.T) {
+	t.Parallel()
+	var received atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received.Store(true)
+		time.Sleep(500 * time.Millisecond)
+	}))
+	defer srv.Close()
+	c := httpjson.New(srv.URL, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	out := c.Call(ctx, &upstream.Request{Tool: tool(), Args: json.RawMessage(`{}`), Key: "k"})
+	if out.Kind != airlock.OutcomeUnknown || !received.Load() {
+		t.Fatalf("outcome %d (%v), received %v; want unknown", out.Kind, out.Err, received.Load())
+	}
+}
+
+func TestResetAfterSendIsUnknown(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close() // a reset, after the request arrived
+		}
+	}))
+	defer srv.Close()
+	c := httpjson.New(srv.URL, nil)
+	out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{}`), Key: "k"})
+	if out.Kind != airlock.OutcomeUnknown {
+		t.Fatalf("outcome %d (%v), want unknown", out.Kind, out.Err)
+	}
+}
