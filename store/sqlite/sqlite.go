@@ -54,6 +54,9 @@ type Store struct {
 	closed chan struct{}
 	wg     sync.WaitGroup
 
+	closeMu  sync.RWMutex
+	isClosed bool
+
 	subMu sync.RWMutex
 	subs  map[int]func(string)
 	subN  int
@@ -141,11 +144,13 @@ func (s *Store) DB() *sql.DB { return s.read }
 
 // Close stops the writer (after the writes already queued) and closes the database.
 func (s *Store) Close() error {
-	select {
-	case <-s.closed:
+	s.closeMu.Lock()
+	if s.isClosed {
+		s.closeMu.Unlock()
 		return nil
-	default:
 	}
+	s.isClosed = true
+	s.closeMu.Unlock()
 	close(s.closed)
 	s.wg.Wait()
 	return errors.Join(s.write.Close(), s.read.Close())
@@ -234,13 +239,20 @@ func (s *Store) runBatch(batch []*op) (err error) {
 // do queues a write and waits for its batch to commit.
 func (s *Store) do(ctx context.Context, notify string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	o := &op{fn: fn, ctx: ctx, done: make(chan error, 1), notify: notify}
+	// The read lock keeps Close from finishing while an op is being queued,
+	// so that no op lands in the queue after the writer has stopped.
+	s.closeMu.RLock()
+	if s.isClosed {
+		s.closeMu.RUnlock()
+		return errClosed
+	}
 	select {
 	case s.ops <- o:
-	case <-s.closed:
-		return errClosed
 	case <-ctx.Done():
+		s.closeMu.RUnlock()
 		return ctx.Err()
 	}
+	s.closeMu.RUnlock()
 	// Once queued, wait for the commit whatever the caller's context says:
 	// the caller must learn whether its write is durable.
 	return <-o.done
