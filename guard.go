@@ -224,7 +224,8 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 	canon := CanonicalArgs(args)
 	return g.do(ctx, &prepared{
 		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
-		args: args, canon: canon, hash: ArgsHash(canon), expiresAt: g.expiresAt(d, start), start: start,
+		args: args, canon: canon, hash: ArgsHash(CanonicalArgs(NormalizeKeyFields(c.Tool, args))),
+		expiresAt: g.expiresAt(d, start), start: start,
 	}, fn)
 }
 
@@ -516,7 +517,8 @@ func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, arg
 	var conflict *Conflict
 	if rec.ArgsHash != hash {
 		first, _ := ParseArgs(rec.Args)
-		fields := DiffArgs(first, args)
+		// Values that normalize alike are the same work, not a conflict.
+		fields := DiffArgs(NormalizeKeyFields(tool, first), NormalizeKeyFields(tool, args))
 		if tool.OnMismatch == MismatchReject {
 			e := &Error{Code: CodeArgumentsMismatch, Message: fmt.Sprintf(
 				"this work was already requested with other arguments (differing: %s); the first request stands and this one was refused; nothing was executed",

@@ -263,3 +263,49 @@ func jsonEqual(a, b any) bool {
 	bb, _ := json.Marshal(b)
 	return bytes.Equal(ab, bb)
 }
+
+// NormalizeKeyFields returns a copy of args in which each natural-key field
+// holds its normalized value, so that arguments differing only in what the
+// normalizers remove (case, spaces) compare equal. Fields that are absent
+// or fail to normalize are left as they are.
+func NormalizeKeyFields(t *Tool, args map[string]any) map[string]any {
+	if t == nil || len(t.NaturalKey) == 0 || args == nil {
+		return args
+	}
+	out := copyMap(args)
+	for _, kf := range t.NaturalKey {
+		p, err := keyPart(args, kf)
+		if err != nil {
+			continue
+		}
+		setPath(out, kf.Field, p.Value)
+	}
+	return out
+}
+
+func copyMap(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			v = copyMap(sub)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// setPath sets a dotted path through nested objects (arrays are left alone).
+func setPath(m map[string]any, path string, v any) {
+	segs := strings.Split(path, ".")
+	cur := m
+	for _, seg := range segs[:len(segs)-1] {
+		next, ok := cur[seg].(map[string]any)
+		if !ok {
+			return
+		}
+		cur = next
+	}
+	if _, ok := cur[segs[len(segs)-1]]; ok {
+		cur[segs[len(segs)-1]] = v
+	}
+}
