@@ -79,6 +79,11 @@ func WithSearchPath(t testing.TB, base, schema string) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	// Many tests and processes share one server (max_connections 100):
+	// small pools, unless the base URL says otherwise.
+	if q.Get("pool_max_conns") == "" {
+		q.Set("pool_max_conns", "4")
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }

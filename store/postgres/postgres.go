@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ const channel = "airlock_records"
 
 // Config configures the store. A nil *Config means all defaults.
 type Config struct {
-	// MaxConns is the pool size. Default: pgxpool's (max(4, cores)), at least 16.
+	// MaxConns is the pool size. Default: the DSN's pool_max_conns, else 16.
 	MaxConns int32
 	// PollInterval is how often waiters re-read a running record in case a
 	// notification was missed (while the listener reconnects). Default 1s.
@@ -74,9 +75,12 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if cfg.MaxConns > 0 {
+	switch {
+	case cfg.MaxConns > 0:
 		pc.MaxConns = cfg.MaxConns
-	} else if pc.MaxConns < 16 {
+	case strings.Contains(dsn, "pool_max_conns"):
+		// The DSN says; keep it.
+	case pc.MaxConns < 16:
 		pc.MaxConns = 16
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)

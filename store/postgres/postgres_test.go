@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func newStore(t testing.TB) airlock.Store {
 	t.Helper()
 	dsn := testdb.Schema(t)
-	s, err := postgres.Open(context.Background(), dsn, &postgres.Config{MaxConns: 8})
+	s, err := postgres.Open(context.Background(), dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
