@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
+	"github.com/airlockhq/airlock/policy"
 )
 
 // MaxSize bounds a manifest file; a bigger one is surely a mistake.
@@ -100,7 +101,15 @@ func Parse(data []byte, display string) (*airlock.Manifest, error) {
 		}
 		return nil, &airlock.ValidationError{Problems: []airlock.Problem{syntaxProblem(err, display)}}
 	}
-	if err := m.Prepare(); err != nil {
+	err := m.Prepare()
+	if err == nil {
+		// Approval rules are type-checked at load: a rule that does not
+		// compile is a load error naming the rule.
+		if _, problems := policy.CompileAll(&m); len(problems) > 0 {
+			err = &airlock.ValidationError{Problems: problems}
+		}
+	}
+	if err != nil {
 		var ve *airlock.ValidationError
 		if errors.As(err, &ve) {
 			for i := range ve.Problems {
