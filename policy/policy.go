@@ -113,7 +113,9 @@ func Compile(t *airlock.Tool, toolIndex int) (*Policy, []*CompileError) {
 	return p, errs
 }
 
-func oneLine(s string) string { return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " | ")), " ") }
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " | ")), " ")
+}
 
 // Decide evaluates the rules in order; the first that holds decides. A rule
 // that fails to evaluate (a missing fact, a wrong type) never approves: the
