@@ -44,6 +44,7 @@ func bin(t *testing.T, name string) string {
 			"airlock":   ".",
 			"payments":  "../../examples/withdrawals/cmd/payments",
 			"notes-mcp": "../../examples/withdrawals/cmd/notes-mcp",
+			"agent":     "../../examples/withdrawals/cmd/agent",
 		} {
 			out, err := exec.Command(goBin, "build", "-o", filepath.Join(binDir, name), pkg).CombinedOutput()
 			if err != nil {
@@ -100,6 +101,12 @@ func start(t *testing.T, env []string, path string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
+	return startCmd(t, cmd)
+}
+
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	path := cmd.Path
 	stdout, _ := cmd.StdoutPipe()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -344,3 +344,61 @@ func TestServeRefusesPublicAddressWithoutTokens(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 }
+
+func TestE2EAgentSimulatorThroughAirlock(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t, "--latency", "1200ms")
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	records := "WD-24811,WD-24812,WD-24813"
+	out, err := exec.Command(bin(t, "agent"), "--url", airlockProc.url()+"/mcp", "--token", agentToken,
+		"--tool", "add_note", "--records", records, "--timeout", "500ms", "--retries", "5").Output()
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	timeouts := strings.Count(string(out), `"outcome":"timeout"`)
+	if timeouts == 0 {
+		t.Fatalf("the agent never timed out, so this tested nothing:\n%s", out)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	st := stats(t, payments)
+	for _, r := range strings.Split(records, ",") {
+		if n := len(st.Notes[r]); n != 1 {
+			t.Errorf("%s: executed %d times after %d timeouts and retries, want 1\n%s", r, n, timeouts, out)
+		}
+	}
+}
+
+func TestE2EServeWithNoFlagsRunsTheExample(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command(bin(t, "airlock"), "serve", "--listen", freeAddr(t), "--db", "sqlite:"+filepath.Join(dir, "data", "airlock.db"))
+	cmd.Dir = dir
+	p := startCmd(t, cmd)
+	out := p.output()
+	for _, want := range []string{"dev tokens", "agent:", "approver:", "admin:", "MCP:  http://", "/mcp", "API:", "UI:"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("serve did not print %q:\n%s", want, out)
+		}
+	}
+	var agent string
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "agent:"); ok {
+			agent = strings.TrimSpace(v)
+		}
+	}
+	s := mcpClient(t, p.url(), agent)
+	tools, err := s.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+	}
+	if strings.Join(names, ",") != "add_note,get_withdrawal" && strings.Join(names, ",") != "get_withdrawal,add_note" {
+		t.Fatalf("tools %v", names)
+	}
+	if status, _ := apiCall(t, "GET", p.url()+"/readyz", "", ""); status != 200 {
+		t.Fatalf("readyz %d", status)
+	}
+}
