@@ -123,6 +123,8 @@ type Store interface {
 	// PollInterval is how often a waiter re-reads a running record, for
 	// changes that Subscribe cannot report.
 	PollInterval() time.Duration
+	// PlanStore keeps the plans of irreversible tools.
+	PlanStore
 	// Migrate applies the embedded migrations.
 	Migrate(ctx context.Context) error
 	// Ping checks the database is reachable and migrated.

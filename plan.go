@@ -1,0 +1,152 @@
+package airlock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// PlanStatus is where a plan is in plan → approve → commit (DESIGN §2.3).
+type PlanStatus string
+
+// Plan statuses: awaiting_approval → approved | rejected | expired;
+// approved → committing → committed | failed | in_doubt.
+const (
+	PlanAwaitingApproval PlanStatus = "awaiting_approval"
+	PlanApproved         PlanStatus = "approved"
+	PlanRejected         PlanStatus = "rejected"
+	PlanExpired          PlanStatus = "expired"
+	PlanCommitting       PlanStatus = "committing"
+	PlanCommitted        PlanStatus = "committed"
+	PlanFailed           PlanStatus = "failed"
+	PlanInDoubt          PlanStatus = "in_doubt"
+)
+
+// Final reports whether the plan will not change again.
+func (s PlanStatus) Final() bool {
+	switch s {
+	case PlanRejected, PlanExpired, PlanCommitted, PlanFailed:
+		return true
+	}
+	return false
+}
+
+// Plan is an agent's proposal to run an irreversible tool, unique on the
+// tool's derived key.
+type Plan struct {
+	ID   string `json:"id"`
+	Key  string `json:"-"` // the tool's key; never shown to an agent
+	Tool string `json:"tool"`
+	// Status and the decision.
+	Status   PlanStatus `json:"status"`
+	Rule     string     `json:"rule"`
+	Decision string     `json:"decision"` // auto | human
+	// Evaluation is how each rule evaluated (JSON), for approvers.
+	Evaluation json.RawMessage `json:"evaluation,omitempty"`
+	Args       json.RawMessage `json:"args"`
+	Facts      json.RawMessage `json:"facts,omitempty"`
+	// FactsError says why the facts could not be looked up (the plan then
+	// waits for a person).
+	FactsError string `json:"facts_error,omitempty"`
+	// DecisionHash binds a decision to the arguments and facts it was made on.
+	DecisionHash   string          `json:"decision_hash"`
+	RunID          string          `json:"run_id"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	ExpiresAt      time.Time       `json:"expires_at"`
+	DecidedBy      string          `json:"decided_by,omitempty"`
+	DecisionReason string          `json:"decision_reason,omitempty"`
+	DecidedAt      time.Time       `json:"decided_at,omitzero"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	Error          string          `json:"error,omitempty"`
+}
+
+// DecisionHash is the hex SHA-256 of [tool, canonical args, canonical facts].
+func DecisionHash(tool string, args, facts json.RawMessage) string {
+	b, _ := json.Marshal([]any{tool, json.RawMessage(orNull(args)), json.RawMessage(orNull(facts))})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func orNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+// PlanDecision is a person's approval or rejection.
+type PlanDecision struct {
+	ID           string
+	Approve      bool
+	By           string // the approver's token name
+	Reason       string
+	DecisionHash string // must equal the plan's
+	Now          time.Time
+}
+
+// PlanFilter selects plans to list; empty fields match all.
+type PlanFilter struct {
+	Status PlanStatus
+	Tool   string
+	RunID  string
+	Limit  int // default 100
+}
+
+// Enqueue is called inside the transaction that approves a plan, with the
+// driver's transaction (*sql.Tx for SQLite, pgx.Tx for PostgreSQL), to
+// insert the commit job atomically with the approval.
+type Enqueue func(ctx context.Context, tx any, plan *Plan) error
+
+// PlanStore keeps plans. Drivers: store/sqlite and store/postgres.
+type PlanStore interface {
+	// CreatePlan inserts the plan unless one with its key exists; it returns
+	// the plan as stored and whether this call created it. When the plan is
+	// created already approved (automatic decision), enqueue runs in the
+	// same transaction.
+	CreatePlan(ctx context.Context, p *Plan, enqueue Enqueue) (*Plan, bool, error)
+	// GetPlan returns a plan, or ErrNotFound.
+	GetPlan(ctx context.Context, id string) (*Plan, error)
+	// ListPlans lists plans, oldest first.
+	ListPlans(ctx context.Context, f PlanFilter) ([]*Plan, error)
+	// DecidePlan records a person's decision on an awaiting plan; approving
+	// runs enqueue in the same transaction. Deciding again the same way is
+	// no change; a stale DecisionHash or another decision is ErrStateConflict.
+	DecidePlan(ctx context.Context, d *PlanDecision, enqueue Enqueue) (*Plan, error)
+	// ExpirePlans moves awaiting plans past their ExpiresAt to expired.
+	ExpirePlans(ctx context.Context, now time.Time) (int, error)
+	// SetPlanStatus moves a plan from one of the from statuses to status,
+	// with its result or error; false when it was in none of them.
+	SetPlanStatus(ctx context.Context, id string, from []PlanStatus, status PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error)
+}
+
+// CheckDecision says what a decision does to a plan: the status to move
+// to, or "" for no change (the same decision again), or an error for a
+// decision that may not be made (not awaiting, stale hash, no reason).
+func CheckDecision(p *Plan, d *PlanDecision) (PlanStatus, error) {
+	want := PlanRejected
+	if d.Approve {
+		want = PlanApproved
+	}
+	if p.Status != PlanAwaitingApproval {
+		// Approving an approved (or committing, committed) plan again is one approval.
+		sameWay := (d.Approve && (p.Status == PlanApproved || p.Status == PlanCommitting || p.Status == PlanCommitted ||
+			p.Status == PlanFailed || p.Status == PlanInDoubt) && p.Decision == "human") || (!d.Approve && p.Status == PlanRejected)
+		if sameWay && d.DecisionHash == p.DecisionHash {
+			return "", nil
+		}
+		return "", Errorf(CodeConflict, "plan %s is %s; it can no longer be %s", p.ID, p.Status, map[bool]string{true: "approved", false: "rejected"}[d.Approve])
+	}
+	if d.DecisionHash != p.DecisionHash {
+		return "", FieldErrorf(CodeConflict, "decision_hash", "the plan's arguments or facts are not the ones this decision was made on (decision_hash differs); reload the plan and decide again")
+	}
+	if d.By == "" {
+		return "", FieldErrorf(CodeInvalidArgument, "by", "a decision needs the approver's name")
+	}
+	if len(d.Reason) == 0 {
+		return "", FieldErrorf(CodeInvalidArgument, "reason", "required: why (it goes in the audit trail)")
+	}
+	return want, nil
+}

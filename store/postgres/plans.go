@@ -1,0 +1,192 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock"
+)
+
+var _ airlock.PlanStore = (*Store)(nil)
+
+const planColumns = `id, key, tool, status, rule, decision, evaluation, args, facts, facts_error, decision_hash, run_id,
+	created_at, updated_at, expires_at, decided_by, decision_reason, decided_at, result, error`
+
+func scanPlan(row pgx.Row) (*airlock.Plan, error) {
+	var (
+		p                   airlock.Plan
+		status, args        string
+		eval, facts, result *string
+		decided             *time.Time
+	)
+	err := row.Scan(&p.ID, &p.Key, &p.Tool, &status, &p.Rule, &p.Decision, &eval, &args, &facts, &p.FactsError,
+		&p.DecisionHash, &p.RunID, &p.CreatedAt, &p.UpdatedAt, &p.ExpiresAt, &p.DecidedBy, &p.DecisionReason, &decided, &result, &p.Error)
+	if err != nil {
+		if isNoRows(err) {
+			return nil, airlock.ErrNotFound
+		}
+		return nil, err
+	}
+	p.Status, p.Args = airlock.PlanStatus(status), json.RawMessage(args)
+	if eval != nil {
+		p.Evaluation = json.RawMessage(*eval)
+	}
+	if facts != nil {
+		p.Facts = json.RawMessage(*facts)
+	}
+	if result != nil {
+		p.Result = json.RawMessage(*result)
+	}
+	if decided != nil {
+		p.DecidedAt = decided.UTC()
+	}
+	p.CreatedAt, p.UpdatedAt, p.ExpiresAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC(), p.ExpiresAt.UTC()
+	return &p, nil
+}
+
+// CreatePlan implements airlock.PlanStore.
+func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock.Enqueue) (*airlock.Plan, bool, error) {
+	var (
+		out     *airlock.Plan
+		created bool
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) ON CONFLICT (key) DO NOTHING`,
+			p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
+			p.DecisionHash, p.RunID, p.CreatedAt, p.UpdatedAt, p.ExpiresAt, p.DecidedBy, p.DecisionReason,
+			nullTime(p.DecidedAt), nullText(p.Result), p.Error)
+		if err != nil {
+			return err
+		}
+		created = tag.RowsAffected() == 1
+		if created && p.Status == airlock.PlanApproved && enqueue != nil {
+			if err := enqueue(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+		out, err = scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = $1`, p.Key))
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, created, nil
+}
+
+// GetPlan implements airlock.PlanStore.
+func (s *Store) GetPlan(ctx context.Context, id string) (*airlock.Plan, error) {
+	return scanPlan(s.pool.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1`, id))
+}
+
+// ListPlans implements airlock.PlanStore.
+func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.Status != "" {
+		add("status = $%d", string(f.Status))
+	}
+	if f.Tool != "" {
+		add("tool = $%d", f.Tool)
+	}
+	if f.RunID != "" {
+		add("run_id = $%d", f.RunID)
+	}
+	q := `SELECT ` + planColumns + ` FROM airlock_plans`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	args = append(args, limit)
+	q += fmt.Sprintf(" ORDER BY created_at, id LIMIT $%d", len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.Plan
+	for rows.Next() {
+		p, err := scanPlan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// DecidePlan implements airlock.PlanStore.
+func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue airlock.Enqueue) (*airlock.Plan, error) {
+	var (
+		out  *airlock.Plan
+		fail error
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cur, err := scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1 FOR UPDATE`, d.ID))
+		if err != nil {
+			if errors.Is(err, airlock.ErrNotFound) {
+				fail = airlock.FieldErrorf(airlock.CodeNotFound, "id", "no plan with id %s", d.ID)
+				return nil
+			}
+			return err
+		}
+		next, problem := airlock.CheckDecision(cur, d)
+		if problem != nil || next == "" {
+			out, fail = cur, problem
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE airlock_plans SET status = $2, decided_by = $3, decision_reason = $4, decided_at = $5, updated_at = $5
+			WHERE id = $1`, d.ID, string(next), d.By, d.Reason, d.Now); err != nil {
+			return err
+		}
+		cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
+		if next == airlock.PlanApproved && enqueue != nil {
+			if err := enqueue(ctx, tx, cur); err != nil {
+				return err
+			}
+		}
+		out = cur
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, fail
+}
+
+// ExpirePlans implements airlock.PlanStore.
+func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = $1
+		WHERE status = 'awaiting_approval' AND expires_at < $1`, now)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// SetPlanStatus implements airlock.PlanStore.
+func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.PlanStatus, status airlock.PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error) {
+	fromText := make([]string, len(from))
+	for i, f := range from {
+		fromText[i] = string(f)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE airlock_plans SET status = $2, result = COALESCE($3, result), error = $4, updated_at = $5
+		WHERE id = $1 AND status = ANY($6)`, id, string(status), nullText(result), errText, now, fromText)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}

@@ -1,0 +1,196 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock"
+)
+
+var _ airlock.PlanStore = (*Store)(nil)
+
+const planColumns = `id, key, tool, status, rule, decision, evaluation, args, facts, facts_error, decision_hash, run_id,
+	created_at, updated_at, expires_at, decided_by, decision_reason, decided_at, result, error`
+
+func scanPlan(row scanner) (*airlock.Plan, error) {
+	var (
+		p                                  airlock.Plan
+		status, args                       string
+		eval, facts, result                sql.NullString
+		created, updated, expires, decided int64
+	)
+	err := row.Scan(&p.ID, &p.Key, &p.Tool, &status, &p.Rule, &p.Decision, &eval, &args, &facts, &p.FactsError,
+		&p.DecisionHash, &p.RunID, &created, &updated, &expires, &p.DecidedBy, &p.DecisionReason, &decided, &result, &p.Error)
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, airlock.ErrNotFound
+		}
+		return nil, err
+	}
+	p.Status, p.Args = airlock.PlanStatus(status), json.RawMessage(args)
+	if eval.Valid {
+		p.Evaluation = json.RawMessage(eval.String)
+	}
+	if facts.Valid {
+		p.Facts = json.RawMessage(facts.String)
+	}
+	if result.Valid {
+		p.Result = json.RawMessage(result.String)
+	}
+	p.CreatedAt, p.UpdatedAt, p.ExpiresAt, p.DecidedAt = fromMicros(created), fromMicros(updated), fromMicros(expires), fromMicros(decided)
+	return &p, nil
+}
+
+// CreatePlan implements airlock.PlanStore.
+func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock.Enqueue) (*airlock.Plan, bool, error) {
+	var (
+		out     *airlock.Plan
+		created bool
+	)
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+			p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
+			p.DecisionHash, p.RunID, micros(p.CreatedAt), micros(p.UpdatedAt), micros(p.ExpiresAt), p.DecidedBy, p.DecisionReason,
+			micros(p.DecidedAt), nullText(p.Result), p.Error)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		created = n == 1
+		if created && p.Status == airlock.PlanApproved && enqueue != nil {
+			if err := enqueue(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+		out, err = scanPlan(tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = ?`, p.Key))
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, created, nil
+}
+
+// GetPlan implements airlock.PlanStore.
+func (s *Store) GetPlan(ctx context.Context, id string) (*airlock.Plan, error) {
+	return scanPlan(s.read.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = ?`, id))
+}
+
+// ListPlans implements airlock.PlanStore.
+func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
+	var where []string
+	var args []any
+	if f.Status != "" {
+		where, args = append(where, "status = ?"), append(args, string(f.Status))
+	}
+	if f.Tool != "" {
+		where, args = append(where, "tool = ?"), append(args, f.Tool)
+	}
+	if f.RunID != "" {
+		where, args = append(where, "run_id = ?"), append(args, f.RunID)
+	}
+	q := `SELECT ` + planColumns + ` FROM airlock_plans`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += " ORDER BY created_at, id LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.Plan
+	for rows.Next() {
+		p, err := scanPlan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// DecidePlan implements airlock.PlanStore.
+func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue airlock.Enqueue) (*airlock.Plan, error) {
+	var (
+		out  *airlock.Plan
+		fail error
+	)
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := scanPlan(tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = ?`, d.ID))
+		if err != nil {
+			if errors.Is(err, airlock.ErrNotFound) {
+				fail = airlock.FieldErrorf(airlock.CodeNotFound, "id", "no plan with id %s", d.ID)
+				return nil
+			}
+			return err
+		}
+		next, problem := airlock.CheckDecision(cur, d)
+		if problem != nil || next == "" {
+			out, fail = cur, problem
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE airlock_plans SET status = ?, decided_by = ?, decision_reason = ?, decided_at = ?, updated_at = ?
+			WHERE id = ? AND status = 'awaiting_approval'`, string(next), d.By, d.Reason, micros(d.Now), micros(d.Now), d.ID)
+		if err != nil {
+			return err
+		}
+		cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
+		if next == airlock.PlanApproved && enqueue != nil {
+			if err := enqueue(ctx, tx, cur); err != nil {
+				return err
+			}
+		}
+		out = cur
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, fail
+}
+
+// ExpirePlans implements airlock.PlanStore.
+func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
+	var n int64
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = ?
+			WHERE status = 'awaiting_approval' AND expires_at < ?`, micros(now), micros(now))
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+// SetPlanStatus implements airlock.PlanStore.
+func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.PlanStatus, status airlock.PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error) {
+	var n int64
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		q := `UPDATE airlock_plans SET status = ?, result = COALESCE(?, result), error = ?, updated_at = ? WHERE id = ? AND status IN (` +
+			strings.TrimSuffix(strings.Repeat("?,", len(from)), ",") + `)`
+		args := []any{string(status), nullText(result), errText, micros(now), id}
+		for _, f := range from {
+			args = append(args, string(f))
+		}
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return n == 1, err
+}
