@@ -109,6 +109,8 @@ type PlanStore interface {
 	CreatePlan(ctx context.Context, p *Plan, enqueue Enqueue) (*Plan, bool, error)
 	// GetPlan returns a plan, or ErrNotFound.
 	GetPlan(ctx context.Context, id string) (*Plan, error)
+	// GetPlanByKey returns the plan of a key, or ErrNotFound.
+	GetPlanByKey(ctx context.Context, key string) (*Plan, error)
 	// ListPlans lists plans, oldest first.
 	ListPlans(ctx context.Context, f PlanFilter) ([]*Plan, error)
 	// DecidePlan records a person's decision on an awaiting plan; approving

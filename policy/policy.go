@@ -186,3 +186,30 @@ func plain(v any) any {
 	}
 	return v
 }
+
+// LookupArgs evaluates the lookup's argument mapping: each value is a CEL
+// expression over args, tool and run (such as "args.record_id").
+func LookupArgs(mapping map[string]string, args map[string]any, tool string) (map[string]any, error) {
+	out := make(map[string]any, len(mapping))
+	vars := map[string]any{"args": plain(args), "facts": map[string]any{}, "tool": tool, "run": ""}
+	for name, expr := range mapping {
+		ast, iss := env.Compile(expr)
+		if iss != nil && iss.Err() != nil {
+			return nil, fmt.Errorf("lookup argument %s: %s", name, oneLine(iss.Err().Error()))
+		}
+		prg, err := env.Program(ast)
+		if err != nil {
+			return nil, fmt.Errorf("lookup argument %s: %v", name, err)
+		}
+		v, _, err := prg.Eval(vars)
+		if err != nil {
+			return nil, fmt.Errorf("lookup argument %s: %v", name, err)
+		}
+		native, err := v.ConvertToNative(reflectAny)
+		if err != nil {
+			return nil, fmt.Errorf("lookup argument %s: %v", name, err)
+		}
+		out[name] = native
+	}
+	return out, nil
+}

@@ -71,3 +71,14 @@ func TestNoRuleHoldsMeansHuman(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 }
+
+func TestLookupArgs(t *testing.T) {
+	t.Parallel()
+	got, err := policy.LookupArgs(map[string]string{"record_id": "args.record_id", "n": "args.n + 1"}, map[string]any{"record_id": "WD-1", "n": 2}, "t")
+	if err != nil || got["record_id"] != "WD-1" || got["n"] != int64(3) {
+		t.Fatalf("%v %#v", err, got)
+	}
+	if _, err := policy.LookupArgs(map[string]string{"x": "args.missing"}, map[string]any{}, "t"); err == nil {
+		t.Fatal("a missing argument must be an error")
+	}
+}

@@ -190,3 +190,8 @@ func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.Pla
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// GetPlanByKey implements airlock.PlanStore.
+func (s *Store) GetPlanByKey(ctx context.Context, key string) (*airlock.Plan, error) {
+	return scanPlan(s.pool.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = $1`, key))
+}

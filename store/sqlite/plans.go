@@ -194,3 +194,8 @@ func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.Pla
 	})
 	return n == 1, err
 }
+
+// GetPlanByKey implements airlock.PlanStore.
+func (s *Store) GetPlanByKey(ctx context.Context, key string) (*airlock.Plan, error) {
+	return scanPlan(s.read.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = ?`, key))
+}

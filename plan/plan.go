@@ -1,0 +1,278 @@
+// Package plan is plan → approve → commit for irreversible tools (DESIGN
+// §2.3): an agent only proposes (Propose); facts come from the system of
+// record through the tool's lookup; the policy decides automatic or human
+// approval; a person decides with Decide; the commit runs on a durable
+// queue (package plan/riverqueue) through the guarded call with the tool's
+// key, so a retried job never executes twice.
+package plan
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/policy"
+	"github.com/airlockhq/airlock/upstream"
+)
+
+// Caller finds the upstream of a tool (lookups and commits).
+type Caller func(tool *airlock.Tool) (upstream.Caller, bool)
+
+// Config configures a Service.
+type Config struct {
+	Manifest *airlock.Manifest // required, prepared
+	Store    airlock.Store     // required
+	Guard    *airlock.Guard    // required: commits go through it
+	Callers  Caller            // required
+	// Enqueue inserts the commit job inside the approving transaction.
+	// Default: none (commits only when Commit is called).
+	Enqueue airlock.Enqueue
+	// Clock. Default: the system clock.
+	Clock airlock.Clock
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs plans.
+type Service struct {
+	cfg      Config
+	policies map[string]*policy.Policy
+	clock    airlock.Clock
+	log      *slog.Logger
+}
+
+// New compiles the rules and returns the service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Manifest == nil || cfg.Store == nil || cfg.Guard == nil || cfg.Callers == nil {
+		return nil, errors.New("plan: Manifest, Store, Guard and Callers are required")
+	}
+	policies, problems := policy.CompileAll(cfg.Manifest)
+	if len(problems) > 0 {
+		return nil, &airlock.ValidationError{Problems: problems}
+	}
+	s := &Service{cfg: cfg, policies: policies, clock: cfg.Clock, log: cfg.Logger}
+	if s.clock == nil {
+		s.clock = airlock.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+// SetEnqueue sets the queue's enqueue function (the queue is built after
+// the service, since its worker calls the service).
+func (s *Service) SetEnqueue(e airlock.Enqueue) { s.cfg.Enqueue = e }
+
+func newID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return "pl_" + hex.EncodeToString(b[:])
+}
+
+// Propose makes the plan for a call of an irreversible tool, or returns the
+// existing plan for the same key (repeat true). Facts come from the tool's
+// lookup; a lookup that fails leaves the plan to a person.
+func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.RawMessage, runID string) (*airlock.Plan, bool, error) {
+	if tool == nil || tool.Kind != airlock.KindIrreversible || tool.Approval == nil {
+		return nil, false, airlock.FieldErrorf(airlock.CodeNotCallable, "tool", "only irreversible tools are planned")
+	}
+	args, err := airlock.ParseArgs(rawArgs)
+	if err != nil {
+		return nil, false, err
+	}
+	now := s.clock.Now()
+	d, err := airlock.DeriveKey(airlock.KeyInput{Tool: tool, Calendar: &s.cfg.Manifest.Calendar, Args: args, At: now, RunID: runID})
+	if err != nil {
+		return nil, false, err
+	}
+	// A repeat (or a repeat just after a window boundary, from the same
+	// run) gets the plan as it is now, without a new lookup.
+	for _, key := range []string{d.Key, d.Previous} {
+		if key == "" {
+			continue
+		}
+		if p, err := s.planByKey(ctx, key); err == nil && (key == d.Key || p.RunID == runID) {
+			return p, true, nil
+		}
+	}
+	canon := airlock.CanonicalArgs(args)
+	facts, factsErr := s.lookup(ctx, tool, args)
+	in := policy.Input{Args: args, Tool: tool.Name, Run: runID}
+	var decision policy.Decision
+	if factsErr != nil {
+		decision = policy.Decision{Rule: "", Decision: policy.Human}
+	} else {
+		var fm map[string]any
+		if len(facts) > 0 {
+			fm, _ = airlock.ParseArgs(facts)
+		}
+		in.Facts = fm
+		decision = s.policies[tool.Name].Decide(in)
+	}
+	eval, _ := json.Marshal(decision.Evaluated)
+	expires := time.Duration(24 * time.Hour)
+	if tool.Approval.ExpiresAfter != nil && tool.Approval.ExpiresAfter.IsSet() {
+		expires = tool.Approval.ExpiresAfter.Duration
+	}
+	p := &airlock.Plan{
+		ID: newID(), Key: d.Key, Tool: tool.Name, Rule: decision.Rule, Decision: decision.Decision,
+		Evaluation: eval, Args: canon, Facts: facts, DecisionHash: airlock.DecisionHash(tool.Name, canon, facts),
+		RunID: runID, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(expires), Status: airlock.PlanAwaitingApproval,
+	}
+	if factsErr != nil {
+		p.FactsError = factsErr.Error()
+	}
+	if decision.Decision == policy.Auto {
+		p.Status, p.DecidedBy, p.DecidedAt, p.DecisionReason = airlock.PlanApproved, "system", now, "rule "+decision.Rule
+	}
+	stored, created, err := s.cfg.Store.CreatePlan(ctx, p, s.cfg.Enqueue)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: storing the plan: %v", airlock.ErrStoreUnavailable, err)
+	}
+	return stored, !created, nil
+}
+
+func (s *Service) planByKey(ctx context.Context, key string) (*airlock.Plan, error) {
+	return s.cfg.Store.GetPlanByKey(ctx, key)
+}
+
+// lookup calls the approval's lookup tool; its result is the facts.
+func (s *Service) lookup(ctx context.Context, tool *airlock.Tool, args map[string]any) (json.RawMessage, error) {
+	l := tool.Approval.Lookup
+	if l == nil {
+		return nil, nil
+	}
+	rt := s.cfg.Manifest.Tool(l.Tool)
+	if rt == nil {
+		return nil, fmt.Errorf("lookup tool %s is not in the manifest", l.Tool)
+	}
+	largs, err := policy.LookupArgs(l.Args, args, tool.Name)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := s.cfg.Callers(rt)
+	if !ok {
+		return nil, fmt.Errorf("lookup tool %s has no upstream", l.Tool)
+	}
+	ctx, cancel := context.WithTimeout(ctx, rt.TimeoutOr())
+	defer cancel()
+	b, _ := json.Marshal(largs)
+	out := c.Call(ctx, &upstream.Request{Tool: rt, Args: b})
+	if out.Kind != airlock.OutcomeSucceeded {
+		if out.Err != nil {
+			return nil, fmt.Errorf("lookup %s: %v", l.Tool, out.Err)
+		}
+		return nil, fmt.Errorf("lookup %s failed: %s", l.Tool, out.Result)
+	}
+	if _, err := airlock.ParseArgs(out.Result); err != nil {
+		return nil, fmt.Errorf("lookup %s did not return a JSON object", l.Tool)
+	}
+	return out.Result, nil
+}
+
+// Decide records a person's decision (an approver's token name in by).
+func (s *Service) Decide(ctx context.Context, id string, approve bool, by, reason, decisionHash string) (*airlock.Plan, error) {
+	return s.cfg.Store.DecidePlan(ctx, &airlock.PlanDecision{
+		ID: id, Approve: approve, By: by, Reason: reason, DecisionHash: decisionHash, Now: s.clock.Now(),
+	}, s.cfg.Enqueue)
+}
+
+// Get returns a plan.
+func (s *Service) Get(ctx context.Context, id string) (*airlock.Plan, error) {
+	p, err := s.cfg.Store.GetPlan(ctx, id)
+	if errors.Is(err, airlock.ErrNotFound) {
+		return nil, airlock.FieldErrorf(airlock.CodeNotFound, "plan_id", "no plan with id %q", id)
+	}
+	return p, err
+}
+
+// List lists plans.
+func (s *Service) List(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
+	return s.cfg.Store.ListPlans(ctx, f)
+}
+
+// Expire moves plans nobody decided in time to expired.
+func (s *Service) Expire(ctx context.Context) (int, error) {
+	return s.cfg.Store.ExpirePlans(ctx, s.clock.Now())
+}
+
+// ErrRetry asks the queue to run the commit again later: another worker
+// holds the key (a rescued job while the first still runs).
+var ErrRetry = errors.New("plan: the commit is still running elsewhere; retry later")
+
+// Commit runs an approved plan's tool through the guarded call with the
+// plan's key; the result lands on the plan. Running it again (a retried or
+// rescued job) executes nothing twice: the record answers.
+func (s *Service) Commit(ctx context.Context, id string) error {
+	p, err := s.cfg.Store.GetPlan(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch p.Status {
+	case airlock.PlanApproved, airlock.PlanCommitting:
+	default:
+		return nil // decided otherwise, or already done
+	}
+	tool := s.cfg.Manifest.Tool(p.Tool)
+	if tool == nil {
+		_, err := s.cfg.Store.SetPlanStatus(ctx, id, []airlock.PlanStatus{airlock.PlanApproved, airlock.PlanCommitting}, airlock.PlanFailed, nil, "the tool is no longer in the manifest", s.clock.Now())
+		return err
+	}
+	c, ok := s.cfg.Callers(tool)
+	if !ok {
+		return fmt.Errorf("plan: tool %s has no upstream", tool.Name)
+	}
+	if _, err := s.cfg.Store.SetPlanStatus(ctx, id, []airlock.PlanStatus{airlock.PlanApproved}, airlock.PlanCommitting, nil, "", s.clock.Now()); err != nil {
+		return err
+	}
+	commitTool := *tool
+	commitTool.RespondWithin = nil // the worker waits for the outcome
+	ans, err := s.cfg.Guard.DoKeyed(ctx, &airlock.KeyedCall{Tool: &commitTool, Key: p.Key, Args: p.Args, RunID: p.RunID},
+		func(ctx context.Context, key string) airlock.Outcome {
+			return c.Call(ctx, &upstream.Request{Tool: tool, Args: p.Args, Key: key})
+		})
+	if err != nil {
+		if airlock.ErrorCode(err) == airlock.CodeNotSent {
+			return err // nothing happened; the queue retries
+		}
+		return err
+	}
+	status, errText := airlock.PlanCommitted, ""
+	switch ans.Status {
+	case airlock.StatusSucceeded:
+	case airlock.StatusFailed:
+		status, errText = airlock.PlanFailed, "the service refused it"
+	case airlock.StatusInDoubt:
+		status, errText = airlock.PlanInDoubt, airlock.MessageInDoubt
+	default:
+		return ErrRetry
+	}
+	_, err = s.cfg.Store.SetPlanStatus(ctx, id, []airlock.PlanStatus{airlock.PlanCommitting, airlock.PlanApproved}, status, ans.Result, errText, s.clock.Now())
+	return err
+}
+
+// WaitForCommit polls the plan until it is final (or in doubt) or wait passes.
+func (s *Service) WaitForCommit(ctx context.Context, id string, wait time.Duration) (*airlock.Plan, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		p, err := s.cfg.Store.GetPlan(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if p.Status.Final() || p.Status == airlock.PlanInDoubt || time.Now().After(deadline) {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return p, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package plan_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/testdb"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/plan"
+	"github.com/airlockhq/airlock/plan/riverqueue"
+	"github.com/airlockhq/airlock/store/postgres"
+	"github.com/airlockhq/airlock/store/sqlite"
+	"github.com/airlockhq/airlock/upstream"
+)
+
+// ledger is the system of record: amounts by record id; approvals counted.
+type ledger struct {
+	mu        sync.Mutex
+	amounts   map[string]int64
+	approvals map[string]int
+	lookupErr bool
+}
+
+func (l *ledger) caller(t *airlock.Tool) (upstream.Caller, bool) {
+	return upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
+		var in struct {
+			RecordID string `json:"record_id"`
+		}
+		_ = json.Unmarshal(req.Args, &in)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch req.Tool.Name {
+		case "get_withdrawal":
+			if l.lookupErr {
+				return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("ledger down")}
+			}
+			amount, ok := l.amounts[in.RecordID]
+			if !ok {
+				amount = 1000
+			}
+			out, _ := json.Marshal(map[string]any{"record_id": in.RecordID, "amount_minor": amount, "currency": "USD", "kyc_complete": true})
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: out}
+		case "approve_withdrawal":
+			l.approvals[in.RecordID]++
+			out, _ := json.Marshal(map[string]any{"record_id": in.RecordID, "approved": true, "n": l.approvals[in.RecordID]})
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: out}
+		}
+		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: json.RawMessage(`{"error":"no such tool"}`)}
+	}), true
+}
+
+func (l *ledger) count(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.approvals[id]
+}
+
+type bundle struct {
+	svc    *plan.Service
+	ledger *ledger
+	m      *airlock.Manifest
+	tool   *airlock.Tool
+}
+
+type driver struct {
+	name string
+	open func(t *testing.T, svcFor func(airlock.Store) *plan.Service) (airlock.Store, *riverqueue.Queue)
+}
+
+func drivers() []driver {
+	return []driver{
+		{"sqlite", func(t *testing.T, svcFor func(airlock.Store) *plan.Service) (airlock.Store, *riverqueue.Queue) {
+			path := filepath.Join(t.TempDir(), "airlock.db")
+			s, err := sqlite.Open(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			q, err := riverqueue.SQLite(context.Background(), path, svcFor(s), &riverqueue.Config{FetchPollInterval: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, q
+		}},
+		{"postgres", func(t *testing.T, svcFor func(airlock.Store) *plan.Service) (airlock.Store, *riverqueue.Queue) {
+			s, err := postgres.Open(context.Background(), testdb.Schema(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			q, err := riverqueue.Postgres(context.Background(), s.Pool(), svcFor(s), &riverqueue.Config{FetchPollInterval: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, q
+		}},
+	}
+}
+
+func setup(t *testing.T, d driver) *bundle {
+	t.Helper()
+	m, err := manifest.Example()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000, "WD-24817": 100000}, approvals: map[string]int{}}
+	var svc *plan.Service
+	var guard *airlock.Guard
+	s, q := d.open(t, func(s airlock.Store) *plan.Service {
+		guard = airlock.NewGuard(s, nil)
+		svc, err = plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: l.caller})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	})
+	svc.SetEnqueue(q.Enqueue())
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = q.Stop(ctx)
+		guard.Close()
+		s.Close()
+	})
+	return &bundle{svc: svc, ledger: l, m: m, tool: m.Tool("approve_withdrawal")}
+}
+
+func args(id string, extra ...string) json.RawMessage {
+	s := `{"record_id":"` + id + `"` + strings.Join(extra, "") + `}`
+	return json.RawMessage(s)
+}
+
+func TestPlans(t *testing.T) {
+	t.Parallel()
+	for _, d := range drivers() {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, d)
+			ctx := context.Background()
+
+			t.Run("auto rule commits once", func(t *testing.T) {
+				p, repeat, err := b.svc.Propose(ctx, b.tool, args("WD-1"), "run-1")
+				if err != nil || repeat || p.Decision != "auto" || p.Rule != "under_limit" {
+					t.Fatalf("propose: %+v %v %v", p, repeat, err)
+				}
+				p, err = b.svc.WaitForCommit(ctx, p.ID, 10*time.Second)
+				if err != nil || p.Status != airlock.PlanCommitted || !strings.Contains(string(p.Result), `"approved":true`) {
+					t.Fatalf("commit: %+v %v", p, err)
+				}
+				again, repeat, err := b.svc.Propose(ctx, b.tool, args(" wd-1 "), "run-1")
+				if err != nil || !repeat || again.ID != p.ID || again.Status != airlock.PlanCommitted {
+					t.Fatalf("repeat: %+v %v %v", again, repeat, err)
+				}
+				// A commit run again (a retried job) executes nothing.
+				if err := b.svc.Commit(ctx, p.ID); err != nil {
+					t.Fatal(err)
+				}
+				if n := b.ledger.count("WD-1"); n != 1 {
+					t.Fatalf("approved %d times", n)
+				}
+			})
+
+			t.Run("the ledger's amount decides, not the model's", func(t *testing.T) {
+				p, _, err := b.svc.Propose(ctx, b.tool, args("WD-24817", `,"note":"amount 1"`), "run-2")
+				if err != nil || p.Decision != "human" || p.Status != airlock.PlanAwaitingApproval || !strings.Contains(string(p.Facts), "100000") {
+					t.Fatalf("%+v %v", p, err)
+				}
+			})
+
+			t.Run("human path: approve commits once", func(t *testing.T) {
+				p, _, err := b.svc.Propose(ctx, b.tool, args("WD-BIG"), "run-3")
+				if err != nil || p.Status != airlock.PlanAwaitingApproval {
+					t.Fatalf("%+v %v", p, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+				if n := b.ledger.count("WD-BIG"); n != 0 {
+					t.Fatalf("executed before approval: %d", n)
+				}
+				if _, err := b.svc.Decide(ctx, p.ID, true, "alice", "ok", "stale"); airlock.ErrorCode(err) != airlock.CodeConflict {
+					t.Fatalf("stale hash: %v", err)
+				}
+				for range 2 {
+					if _, err := b.svc.Decide(ctx, p.ID, true, "alice", "checked the ledger", p.DecisionHash); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p, _ = b.svc.WaitForCommit(ctx, p.ID, 10*time.Second)
+				if p.Status != airlock.PlanCommitted || p.DecidedBy != "alice" {
+					t.Fatalf("%+v", p)
+				}
+				if n := b.ledger.count("WD-BIG"); n != 1 {
+					t.Fatalf("approved %d times", n)
+				}
+			})
+
+			t.Run("reject never executes", func(t *testing.T) {
+				b.ledger.mu.Lock()
+				b.ledger.amounts["WD-REJ"] = 999999
+				b.ledger.mu.Unlock()
+				p, _, _ := b.svc.Propose(ctx, b.tool, args("WD-REJ"), "run-4")
+				if _, err := b.svc.Decide(ctx, p.ID, false, "alice", "fraud", p.DecisionHash); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(300 * time.Millisecond)
+				got, _ := b.svc.Get(ctx, p.ID)
+				if got.Status != airlock.PlanRejected || b.ledger.count("WD-REJ") != 0 {
+					t.Fatalf("%+v executed %d", got, b.ledger.count("WD-REJ"))
+				}
+			})
+
+			t.Run("a failed lookup leaves the plan to a person", func(t *testing.T) {
+				b.ledger.mu.Lock()
+				b.ledger.lookupErr = true
+				b.ledger.mu.Unlock()
+				defer func() { b.ledger.mu.Lock(); b.ledger.lookupErr = false; b.ledger.mu.Unlock() }()
+				p, _, err := b.svc.Propose(ctx, b.tool, args("WD-5"), "run-5")
+				if err != nil || p.Decision != "human" || p.FactsError == "" {
+					t.Fatalf("%+v %v", p, err)
+				}
+			})
+
+			t.Run("concurrent proposals make one plan", func(t *testing.T) {
+				var wg sync.WaitGroup
+				var ids sync.Map
+				var created atomic.Int64
+				for range 16 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p, repeat, err := b.svc.Propose(ctx, b.tool, args("WD-BIG2"), "run-6")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if !repeat {
+							created.Add(1)
+						}
+						ids.Store(p.ID, true)
+					}()
+				}
+				wg.Wait()
+				n := 0
+				ids.Range(func(any, any) bool { n++; return true })
+				if n != 1 || created.Load() != 1 {
+					t.Fatalf("%d plans, %d created", n, created.Load())
+				}
+			})
+		})
+	}
+}
