@@ -23,6 +23,7 @@ const (
 	StatusFailed     Status = "failed"
 	StatusInProgress Status = "in_progress"
 	StatusInDoubt    Status = "in_doubt"
+	StatusPlanned    Status = "planned" // an irreversible tool's plan waits for approval or its commit
 )
 
 // Messages written for a model: each says plainly not to redo the work.
@@ -39,6 +40,8 @@ type Answer struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Conflict *Conflict       `json:"conflict,omitempty"`
 	Message  string          `json:"message,omitempty"`
+	// Plan is the plan of an irreversible tool's proposal (plan_T).
+	Plan *Plan `json:"plan,omitempty"`
 	// Key is the derived key; it is for operators and logs, never for the model.
 	Key string `json:"-"`
 }

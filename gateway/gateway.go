@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/upstream"
 )
 
@@ -55,6 +56,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported to MCP clients. Default "dev".
 	Version string
+	// Plans proposes and reports plans of irreversible tools (plan_T,
+	// plan_status, /v1/plans). Default: none (irreversible tools cannot be
+	// reached at all).
+	Plans *plan.Service
 	// DefaultRunID is the run of MCP calls that name none (no _meta, no
 	// header, no session id: stdio). Default: none.
 	DefaultRunID string
@@ -72,6 +77,7 @@ type Gateway struct {
 	log     *slog.Logger
 	mcp     *mcp.Server
 	run     string
+	plans   *plan.Service
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -82,7 +88,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
-		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID,
+		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody
@@ -126,13 +132,25 @@ type CallRequest struct {
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
 // input, refusals and an unreachable store: in each case nothing ran.
 func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
+	if g.plans != nil {
+		if req.Tool == PlanStatusTool {
+			return g.planStatus(ctx, req.Args)
+		}
+		if name, ok := strings.CutPrefix(req.Tool, PlanPrefix); ok {
+			if t := g.m.Tool(name); t != nil && t.Kind == airlock.KindIrreversible {
+				return g.propose(ctx, t, req)
+			}
+		}
+	}
 	tool := g.m.Tool(req.Tool)
 	if tool == nil {
+		if t := g.irreversibleNamed(req.Tool); t != nil {
+			return nil, g.refuseIrreversible(t)
+		}
 		return nil, airlock.FieldErrorf(airlock.CodeUnknownTool, "tool", "no tool named %q; the tools are: %s", req.Tool, strings.Join(g.callableNames(), ", "))
 	}
 	if tool.Kind == airlock.KindIrreversible {
-		return nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool",
-			"%s is irreversible: an agent cannot call it directly. It must be proposed as a plan and approved; nothing was executed", tool.Name)
+		return nil, g.refuseIrreversible(tool)
 	}
 	caller, ok := g.callers[tool.Name]
 	if !ok {
@@ -171,9 +189,15 @@ func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 func (g *Gateway) callableNames() []string {
 	var names []string
 	for _, t := range g.m.Tools {
-		if t.Kind != airlock.KindIrreversible {
+		switch {
+		case t.Kind != airlock.KindIrreversible:
 			names = append(names, t.Name)
+		case g.plans != nil:
+			names = append(names, PlanPrefix+t.Name)
 		}
+	}
+	if g.plans != nil && len(names) > 0 {
+		names = append(names, PlanStatusTool)
 	}
 	return names
 }
@@ -190,6 +214,9 @@ func AnswerObject(a *airlock.Answer) map[string]any {
 	}
 	if a.Message != "" {
 		obj["message"] = a.Message
+	}
+	if a.Plan != nil {
+		obj["plan"] = a.Plan
 	}
 	return obj
 }

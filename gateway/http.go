@@ -28,9 +28,14 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("GET /v1/tools", g.require(readers, http.HandlerFunc(g.handleTools)))
 	mux.Handle("GET /v1/records/{key}", g.require(readers, http.HandlerFunc(g.handleRecord)))
 	mux.Handle("POST /v1/records/{key}/settle", g.require(adminOnly, http.HandlerFunc(g.handleSettle)))
+	if g.plans != nil {
+		mux.Handle("GET /v1/plans", g.require(readers, http.HandlerFunc(g.handlePlans)))
+		mux.Handle("GET /v1/plans/{id}", g.require(readers, http.HandlerFunc(g.handlePlan)))
+		mux.Handle("POST /v1/plans/{id}/approve", g.require(readers, g.handleDecide(true)))
+		mux.Handle("POST /v1/plans/{id}/reject", g.require(readers, g.handleDecide(false)))
+	}
 
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.mcp }, &mcp.StreamableHTTPOptions{
-		Logger:              g.log,
 		MaxRequestBodyBytes: g.maxBody,
 	})
 	// The MCP spec asks servers to check Origin: a browser page on another

@@ -21,11 +21,19 @@ func ptr[T any](v T) *T { return &v }
 func (g *Gateway) newMCPServer(version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       g.log,
 	})
 	for _, t := range g.m.Tools {
 		if t.Kind == airlock.KindIrreversible {
-			continue // proposed as plans, never called as themselves
+			// Proposed as plans, never called as themselves.
+			if g.plans != nil {
+				s.AddTool(&mcp.Tool{
+					Name:        PlanPrefix + t.Name,
+					Description: describePlanTool(t),
+					InputSchema: g.schemas[t.Name].jsonSchemaJSON(),
+					Annotations: &mcp.ToolAnnotations{Title: PlanPrefix + t.Name, IdempotentHint: true, DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+				}, g.mcpHandlerNamed(PlanPrefix+t.Name))
+			}
+			continue
 		}
 		if _, ok := g.callers[t.Name]; !ok {
 			continue
@@ -35,8 +43,30 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 			Description: describeForModel(t),
 			InputSchema: g.schemas[t.Name].jsonSchemaJSON(),
 			Annotations: annotations(t),
-		}, g.mcpHandler(t))
+		}, g.mcpHandlerNamed(t.Name))
 	}
+	if g.plans != nil {
+		s.AddTool(&mcp.Tool{
+			Name: PlanStatusTool, Description: "Reports a plan by its id: its status, the rule that decided, and the result once carried out.",
+			InputSchema: planStatusSchema,
+			Annotations: &mcp.ToolAnnotations{Title: PlanStatusTool, ReadOnlyHint: true, IdempotentHint: true, DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+		}, g.mcpHandlerNamed(PlanStatusTool))
+	}
+	// A call of an irreversible tool by name gets the refusal that says
+	// what to do instead, not a bare "unknown tool".
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/call" {
+				if ctr, ok := req.(*mcp.CallToolRequest); ok && ctr.Params != nil {
+					if t := g.irreversibleNamed(ctr.Params.Name); t != nil {
+						e := asError(g.refuseIrreversible(t))
+						return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: e.Message}}, StructuredContent: errorBody{e}}, nil
+					}
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
 	return s
 }
 
@@ -63,7 +93,7 @@ func describeForModel(t *airlock.Tool) string {
 	return strings.TrimSpace(d)
 }
 
-func (g *Gateway) mcpHandler(t *airlock.Tool) mcp.ToolHandler {
+func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		run := runFromMeta(req.Params.Meta)
 		if run == "" && req.Extra != nil && req.Extra.Header != nil {
@@ -79,11 +109,11 @@ func (g *Gateway) mcpHandler(t *airlock.Tool) mcp.ToolHandler {
 		if len(args) == 0 || string(args) == "null" {
 			args = json.RawMessage(`{}`)
 		}
-		a, err := g.Call(ctx, &CallRequest{Tool: t.Name, Args: args, RunID: run})
+		a, err := g.Call(ctx, &CallRequest{Tool: name, Args: args, RunID: run})
 		if err != nil {
 			e := asError(err)
 			if e.Code == airlock.CodeInternal || e.Code == airlock.CodeStoreUnavailable {
-				g.log.Error("airlock: MCP call failed", "tool", t.Name, "err", err)
+				g.log.Error("airlock: MCP call failed", "tool", name, "err", err)
 			}
 			return &mcp.CallToolResult{
 				IsError:           true,
@@ -93,7 +123,7 @@ func (g *Gateway) mcpHandler(t *airlock.Tool) mcp.ToolHandler {
 		}
 		res := &mcp.CallToolResult{
 			IsError:           a.Status == airlock.StatusFailed,
-			Content:           []mcp.Content{&mcp.TextContent{Text: renderText(t, a)}},
+			Content:           []mcp.Content{&mcp.TextContent{Text: renderText(a)}},
 			StructuredContent: AnswerObject(a),
 		}
 		if a.Repeat {
@@ -112,7 +142,7 @@ func runFromMeta(m mcp.Meta) string {
 }
 
 // renderText is the answer in words for the model, with the result.
-func renderText(t *airlock.Tool, a *airlock.Answer) string {
+func renderText(a *airlock.Answer) string {
 	var b strings.Builder
 	switch a.Status {
 	case airlock.StatusSucceeded:
@@ -127,8 +157,11 @@ func renderText(t *airlock.Tool, a *airlock.Answer) string {
 		} else {
 			b.WriteString("The service refused the request; nothing was done.")
 		}
-	case airlock.StatusInProgress, airlock.StatusInDoubt:
+	case airlock.StatusInProgress, airlock.StatusInDoubt, airlock.StatusPlanned:
 		b.WriteString(a.Message)
+	}
+	if a.Plan != nil {
+		fmt.Fprintf(&b, "\nPlan %s: %s (rule %q decided %s).", a.Plan.ID, a.Plan.Status, a.Plan.Rule, a.Plan.Decision)
 	}
 	if a.Conflict != nil {
 		b.WriteString(" ")

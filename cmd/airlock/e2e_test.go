@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -395,10 +396,88 @@ func TestE2EServeWithNoFlagsRunsTheExample(t *testing.T) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "add_note,get_withdrawal" && strings.Join(names, ",") != "get_withdrawal,add_note" {
+	sort.Strings(names)
+	if strings.Join(names, ",") != "add_note,get_withdrawal,plan_approve_withdrawal,plan_status" {
 		t.Fatalf("tools %v", names)
 	}
 	if status, _ := apiCall(t, "GET", p.url()+"/readyz", "", ""); status != 200 {
 		t.Fatalf("readyz %d", status)
+	}
+}
+
+func TestE2EPlanApproveCommit(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t)
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	s := mcpClient(t, airlockProc.url(), agentToken)
+	ctx := context.Background()
+
+	// The irreversible tool itself is refused, pointing at plan_T.
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "approve_withdrawal", Arguments: map[string]any{"record_id": "WD-77"}})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "plan_approve_withdrawal") {
+		t.Fatalf("direct call: %v %+v", err, res)
+	}
+	first, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "plan_approve_withdrawal", Arguments: map[string]any{"record_id": "WD-77"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := structured(t, first)
+	p, _ := a["plan"].(map[string]any)
+	if a["status"] != "planned" || p["status"] != "awaiting_approval" || p["rule"] != "all" || p["id"] == nil {
+		t.Fatalf("plan: %v", a)
+	}
+	if raw, _ := json.Marshal(a); strings.Contains(string(raw), `"key"`) {
+		t.Fatalf("the plan carries the key: %s", raw)
+	}
+	again := structured(t, func() *mcp.CallToolResult {
+		r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "plan_approve_withdrawal", Arguments: map[string]any{"record_id": "WD-77"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}())
+	if again["repeat"] != true || again["plan"].(map[string]any)["id"] != p["id"] {
+		t.Fatalf("repeat: %v", again)
+	}
+	id := p["id"].(string)
+	hash := p["decision_hash"].(string)
+	decide := fmt.Sprintf(`{"reason":"checked the ledger","decision_hash":%q}`, hash)
+	if status, _ := apiCall(t, "POST", airlockProc.url()+"/v1/plans/"+id+"/approve", agentToken, decide); status != 403 {
+		t.Fatalf("an agent approved: %d", status)
+	}
+	if status, body := apiCall(t, "POST", airlockProc.url()+"/v1/plans/"+id+"/approve", approverToken, `{"reason":"x","decision_hash":"stale"}`); status != 409 {
+		t.Fatalf("stale hash: %d %v", status, body)
+	}
+	for range 2 {
+		if status, body := apiCall(t, "POST", airlockProc.url()+"/v1/plans/"+id+"/approve", approverToken, decide); status != 200 {
+			t.Fatalf("approve: %d %v", status, body)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, body := apiCall(t, "GET", airlockProc.url()+"/v1/plans/"+id, approverToken, "")
+		if body["status"] == "committed" {
+			if body["decided_by"] != "alice" {
+				t.Fatalf("decided by %v", body["decided_by"])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not committed: %v", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resp, _ := http.Get(payments.url() + "/stats")
+	var st struct {
+		Approvals map[string]int `json:"approvals"`
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if st.Approvals["WD-77"] != 1 {
+		t.Fatalf("approved %d times", st.Approvals["WD-77"])
+	}
+	status, body := apiCall(t, "POST", airlockProc.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"plan_status","args":{"plan_id":%q}}`, id))
+	if status != 200 || body["status"] != "succeeded" {
+		t.Fatalf("plan_status: %d %v", status, body)
 	}
 }

@@ -21,7 +21,11 @@ import (
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals/payments"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/plan"
+	"github.com/airlockhq/airlock/plan/riverqueue"
 	"github.com/airlockhq/airlock/store"
+	"github.com/airlockhq/airlock/store/postgres"
+	"github.com/airlockhq/airlock/store/sqlite"
 	"github.com/airlockhq/airlock/upstream"
 	"github.com/airlockhq/airlock/upstream/httpjson"
 	upmcp "github.com/airlockhq/airlock/upstream/mcp"
@@ -33,6 +37,8 @@ type app struct {
 	store    airlock.Store
 	guard    *airlock.Guard
 	gateway  *gateway.Gateway
+	plans    *plan.Service
+	queue    *riverqueue.Queue
 	closers  []func() error
 	log      *slog.Logger
 }
@@ -94,8 +100,36 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 	}
 	a.guard = airlock.NewGuard(s, &airlock.GuardConfig{Redrive: redrive, Logger: log})
 	a.closers = append(a.closers, func() error { a.guard.Close(); return nil })
+	callers := func(t *airlock.Tool) (upstream.Caller, bool) {
+		if t.Upstream == nil {
+			return nil, false
+		}
+		c, ok := ups[t.Upstream.Name]
+		return c, ok
+	}
+	a.plans, err = plan.New(plan.Config{Manifest: m, Store: s, Guard: a.guard, Callers: callers, Logger: log})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	var q *riverqueue.Queue
+	switch st := s.(type) {
+	case *sqlite.Store:
+		q, err = riverqueue.SQLite(ctx, st.Path(), a.plans, nil)
+	case *postgres.Store:
+		q, err = riverqueue.Postgres(ctx, st.Pool(), a.plans, nil)
+	default:
+		err = fmt.Errorf("no commit queue for %T", s)
+	}
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.plans.SetEnqueue(q.Enqueue())
+	a.queue = q
 	a.gateway, err = gateway.New(gateway.Config{
 		Manifest: m, Guard: a.guard, Store: s, Upstreams: ups, Tokens: tokens, Logger: log, Version: version, DefaultRunID: defaultRun,
+		Plans: a.plans,
 	})
 	if err != nil {
 		a.Close()
@@ -221,6 +255,10 @@ func cmdServe(e *env, args []string) int {
 	reaperCtx, stopReaper := context.WithCancel(context.Background())
 	defer stopReaper()
 	go a.guard.RunReaper(reaperCtx, 5*time.Second)
+	go a.gateway.RunExpiry(reaperCtx, 10*time.Second)
+	if err := a.queue.Start(reaperCtx); err != nil {
+		return fail(e, "starting the commit queue: %v", err)
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -244,6 +282,7 @@ func cmdServe(e *env, args []string) int {
 	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	_ = a.queue.Stop(sctx) // commits in hand finish
 	stopReaper()
 	a.guard.Wait()
 	fmt.Fprintln(e.stdout, "stopped")
@@ -300,6 +339,16 @@ func cmdMCP(e *env, args []string) int {
 		return fail(e, "%v", err)
 	}
 	defer a.Close()
+	qctx, stopQueue := context.WithCancel(context.Background())
+	defer stopQueue()
+	if err := a.queue.Start(qctx); err != nil {
+		return fail(e, "starting the commit queue: %v", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = a.queue.Stop(sctx)
+	}()
 	if err := a.gateway.MCPServer().Run(e.ctx, &mcp.IOTransport{Reader: readCloser{e.stdin}, Writer: writeCloser{e.stdout}}); err != nil && !errors.Is(err, context.Canceled) {
 		return fail(e, "%v", err)
 	}

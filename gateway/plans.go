@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock"
+)
+
+// PlanPrefix names the tool that proposes an irreversible tool: plan_T.
+const PlanPrefix = "plan_"
+
+// PlanStatusTool reports a plan by id.
+const PlanStatusTool = "plan_status"
+
+// irreversibleNamed finds an irreversible tool by a name that is the tool's
+// name give or take case and spaces (name tricks get the same refusal).
+func (g *Gateway) irreversibleNamed(name string) *airlock.Tool {
+	n := strings.ToLower(strings.TrimSpace(name))
+	for _, t := range g.m.Tools {
+		if t.Kind == airlock.KindIrreversible && strings.ToLower(t.Name) == n {
+			return t
+		}
+	}
+	return nil
+}
+
+func (g *Gateway) refuseIrreversible(t *airlock.Tool) error {
+	if g.plans == nil {
+		return airlock.FieldErrorf(airlock.CodeNotCallable, "tool",
+			"%s is irreversible: an agent cannot call it directly, and plans are not enabled on this server; nothing was executed", t.Name)
+	}
+	return airlock.FieldErrorf(airlock.CodeNotCallable, "tool",
+		"%s is irreversible: an agent cannot call it. Use %s%s with the same arguments to propose it; a rule or a person approves it and airlock carries it out. Nothing was executed", t.Name, PlanPrefix, t.Name)
+}
+
+// Messages for plans, written for a model.
+const (
+	messageAwaiting = "This is a proposal, not the action: it waits for a person's approval. Do not retry it and do not try another way; check later with plan_status and the plan's id."
+	messageApproved = "Approved; airlock is carrying it out. Do not retry it; check later with plan_status and the plan's id."
+	messageRejected = "A person rejected this plan; it will not be done. Do not retry it."
+	messageExpired  = "Nobody approved this plan in time; it will not be done."
+)
+
+func (g *Gateway) propose(ctx context.Context, t *airlock.Tool, req *CallRequest) (*airlock.Answer, error) {
+	args, err := airlock.ParseArgs(req.Args)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.schemas[t.Name].validate(args); err != nil {
+		return nil, err
+	}
+	p, repeat, err := g.plans.Propose(ctx, t, airlock.CanonicalArgs(args), req.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if !repeat && p.Status == airlock.PlanApproved && t.Approval.WaitForCommit != nil && t.Approval.WaitForCommit.IsSet() {
+		if done, err := g.plans.WaitForCommit(ctx, p.ID, t.Approval.WaitForCommit.Duration); err == nil {
+			p = done
+		}
+	}
+	return planAnswer(p, repeat), nil
+}
+
+func planAnswer(p *airlock.Plan, repeat bool) *airlock.Answer {
+	a := &airlock.Answer{Status: airlock.StatusPlanned, Repeat: repeat, Plan: p, Key: p.Key}
+	switch p.Status {
+	case airlock.PlanCommitted:
+		a.Status, a.Result = airlock.StatusSucceeded, p.Result
+	case airlock.PlanFailed:
+		a.Status, a.Result = airlock.StatusFailed, p.Result
+	case airlock.PlanInDoubt:
+		a.Status, a.Message = airlock.StatusInDoubt, airlock.MessageInDoubt
+	case airlock.PlanAwaitingApproval:
+		a.Message = messageAwaiting
+	case airlock.PlanApproved, airlock.PlanCommitting:
+		a.Message = messageApproved
+	case airlock.PlanRejected:
+		a.Message = messageRejected
+	case airlock.PlanExpired:
+		a.Message = messageExpired
+	}
+	return a
+}
+
+func (g *Gateway) planStatus(ctx context.Context, raw json.RawMessage) (*airlock.Answer, error) {
+	args, err := airlock.ParseArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	id, _ := args["plan_id"].(string)
+	if id == "" {
+		return nil, airlock.FieldErrorf(airlock.CodeMissingField, "plan_id", "missing required field \"plan_id\": the id plan_%s returned", "T")
+	}
+	p, err := g.plans.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	a := planAnswer(p, false)
+	a.Repeat = false
+	return a, nil
+}
+
+// describePlanTool explains in plain words what plan_T does and who decides.
+func describePlanTool(t *airlock.Tool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Proposes %s for approval; it does not do it. ", t.Name)
+	if t.Description != "" {
+		fmt.Fprintf(&b, "(%s) ", strings.TrimSpace(t.Description))
+	}
+	if t.Answers.Approver != "" {
+		fmt.Fprintf(&b, "Who approves: %s ", strings.TrimSpace(t.Answers.Approver))
+	}
+	b.WriteString("The answer names the deciding rule and the plan's status; an approved plan is carried out by airlock. Proposing the same thing again returns the same plan.")
+	return b.String()
+}
+
+var planStatusSchema = json.RawMessage(`{"type":"object","properties":{"plan_id":{"type":"string","description":"The id of the plan."}},"required":["plan_id"]}`)
+
+// HTTP: GET /v1/plans, GET /v1/plans/{id}, POST /v1/plans/{id}/approve|reject.
+
+func (g *Gateway) handlePlans(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := airlock.PlanFilter{Status: airlock.PlanStatus(q.Get("status")), Tool: q.Get("tool"), RunID: q.Get("run")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "limit", "want a number from 1 to 1000"))
+			return
+		}
+		f.Limit = n
+	}
+	plans, err := g.plans.List(r.Context(), f)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	if plans == nil {
+		plans = []*airlock.Plan{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plans": plans})
+}
+
+func (g *Gateway) handlePlan(w http.ResponseWriter, r *http.Request) {
+	p, err := g.plans.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+type decisionRequest struct {
+	Reason       string `json:"reason"`
+	DecisionHash string `json:"decision_hash"`
+}
+
+func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req decisionRequest
+		if err := g.decodeBody(w, r, &req); err != nil {
+			writeError(w, g.log, err)
+			return
+		}
+		if strings.TrimSpace(req.Reason) == "" {
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "reason", "required: why (it goes in the audit trail)"))
+			return
+		}
+		if req.DecisionHash == "" {
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "decision_hash", "required: the plan's decision_hash as you saw it"))
+			return
+		}
+		p, _ := PrincipalFrom(r.Context())
+		plan, err := g.plans.Decide(r.Context(), r.PathValue("id"), approve, p.Name, req.Reason, req.DecisionHash)
+		if err != nil {
+			writeError(w, g.log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, plan)
+	}
+}
+
+// RunExpiry expires undecided plans every interval until ctx ends.
+func (g *Gateway) RunExpiry(ctx context.Context, every time.Duration) {
+	if g.plans == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := g.plans.Expire(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("airlock: expiring plans", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
