@@ -408,7 +408,8 @@ func TestE2EServeWithNoFlagsRunsTheExample(t *testing.T) {
 func TestE2EPlanApproveCommit(t *testing.T) {
 	t.Parallel()
 	payments := startPayments(t)
-	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "a.db")
+	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), dsn)
 	s := mcpClient(t, airlockProc.url(), agentToken)
 	ctx := context.Background()
 
@@ -479,5 +480,36 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 	status, body := apiCall(t, "POST", airlockProc.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"plan_status","args":{"plan_id":%q}}`, id))
 	if status != 200 || body["status"] != "succeeded" {
 		t.Fatalf("plan_status: %d %v", status, body)
+	}
+
+	// The CLI: list against the server, approve against the database.
+	second := structured(t, func() *mcp.CallToolResult {
+		r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "plan_approve_withdrawal", Arguments: map[string]any{"record_id": "WD-78"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}())
+	id2 := second["plan"].(map[string]any)["id"].(string)
+	r := runCLI(t, "plans", "list", "--url", airlockProc.url(), "--token", approverToken, "--status", "awaiting_approval")
+	if r.code != 0 || !strings.Contains(r.stdout, id2) || strings.Contains(r.stdout, id+" ") {
+		t.Fatalf("plans list: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "plans", "reject", id2, "--url", airlockProc.url(), "--token", agentToken, "--reason", "x"); r.code == 0 {
+		t.Fatalf("an agent token rejected a plan: %s", r.stdout)
+	}
+	if r := runCLI(t, "plans", "approve", id2, "--db", dsn, "--as", "bob", "--reason", "looked fine"); r.code != 0 || !strings.Contains(r.stdout, "approved by bob") {
+		t.Fatalf("plans approve --db: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		r := runCLI(t, "plans", "show", id2, "--url", airlockProc.url(), "--token", approverToken)
+		if strings.Contains(r.stdout, `"status": "committed"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's queue did not commit the plan approved on the database:\n%s", r.stdout)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -48,6 +48,7 @@ func commands() []command {
 		{"migrate", "apply the database migrations (--db DSN)", cmdMigrate},
 		{"key", "print the key of a call and every part that went into it", cmdKey},
 		{"tools", "tools check (the CI lint) | tools list --format md|json", cmdTools},
+		{"plans", "plans list|show|approve|reject, against --url (a server) or --db", cmdPlans},
 		{"policy", "policy test: run the approval rules' test files", cmdPolicy},
 		{"bench", "measure new calls, repeats and races against a plain baseline", cmdBench},
 	}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/plan/riverqueue"
+	"github.com/airlockhq/airlock/store"
+	"github.com/airlockhq/airlock/store/postgres"
+	"github.com/airlockhq/airlock/store/sqlite"
+)
+
+// planClient reaches plans either through a running server (--url, --token)
+// or the database directly (--db).
+type planClient struct {
+	url, token string
+	st         airlock.Store
+	by         string
+}
+
+func planFlags(fs *flag.FlagSet) (db, url, token, by *string) {
+	db = fs.String("db", os.Getenv("AIRLOCK_DB"), "the database (sqlite:PATH or postgres://…), instead of --url")
+	url = fs.String("url", os.Getenv("AIRLOCK_URL"), "a running airlock server, such as http://127.0.0.1:8420; env AIRLOCK_URL")
+	token = fs.String("token", os.Getenv("AIRLOCK_TOKEN"), "an approver or admin token for --url; env AIRLOCK_TOKEN")
+	by = fs.String("as", os.Getenv("USER"), "with --db: the approver's name recorded on the decision")
+	return
+}
+
+func openPlanClient(ctx context.Context, db, url, token, by string) (*planClient, error) {
+	switch {
+	case url != "":
+		if token == "" {
+			return nil, fmt.Errorf("--url needs --token (an approver or admin token)")
+		}
+		return &planClient{url: strings.TrimSuffix(url, "/"), token: token}, nil
+	case db != "":
+		s, err := store.OpenMigrated(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		return &planClient{st: s, by: by}, nil
+	}
+	return nil, fmt.Errorf("give --url and --token (a running server) or --db (the database)")
+}
+
+func (c *planClient) Close() {
+	if c.st != nil {
+		c.st.Close()
+	}
+}
+
+func (c *planClient) do(ctx context.Context, method, path string, body any, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error *airlock.Error `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error != nil {
+			return e.Error
+		}
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func (c *planClient) list(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
+	if c.st != nil {
+		return c.st.ListPlans(ctx, f)
+	}
+	var out struct {
+		Plans []*airlock.Plan `json:"plans"`
+	}
+	q := fmt.Sprintf("/v1/plans?status=%s&tool=%s&run=%s", f.Status, f.Tool, f.RunID)
+	return out.Plans, c.do(ctx, "GET", q, nil, &out)
+}
+
+func (c *planClient) get(ctx context.Context, id string) (*airlock.Plan, error) {
+	if c.st != nil {
+		return c.st.GetPlan(ctx, id)
+	}
+	var p airlock.Plan
+	return &p, c.do(ctx, "GET", "/v1/plans/"+id, nil, &p)
+}
+
+func (c *planClient) decide(ctx context.Context, id string, approve bool, reason string) (*airlock.Plan, error) {
+	p, err := c.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.st != nil {
+		// Directly on the database: the commit job goes into River's
+		// table in the deciding transaction; a running server works it.
+		q, err := insertOnlyQueue(ctx, c.st)
+		if err != nil {
+			return nil, err
+		}
+		defer q.Stop(context.Background())
+		return c.st.DecidePlan(ctx, &airlock.PlanDecision{
+			ID: id, Approve: approve, By: c.by, Reason: reason, DecisionHash: p.DecisionHash, Now: time.Now(),
+		}, q.Enqueue())
+	}
+	verb := "reject"
+	if approve {
+		verb = "approve"
+	}
+	var out airlock.Plan
+	return &out, c.do(ctx, "POST", "/v1/plans/"+id+"/"+verb, map[string]string{"reason": reason, "decision_hash": p.DecisionHash}, &out)
+}
+
+func cmdPlans(e *env, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, "airlock plans: want list, show, approve or reject")
+		return 2
+	}
+	sub := args[0]
+	fs := newFlags(e, "plans "+sub)
+	db, url, token, by := planFlags(fs)
+	status := fs.String("status", "", "list: only plans with this status (awaiting_approval, committed, …)")
+	tool := fs.String("tool", "", "list: only this tool's plans")
+	run := fs.String("run", "", "list: only this run's plans")
+	reason := fs.String("reason", "", "approve/reject: why (required)")
+	format := fs.String("format", "text", "text or json")
+	var rest []string
+	// Allow the plan id before or after the flags.
+	if len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+		rest = append(rest, args[1])
+		args = append(args[:1:1], args[2:]...)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	rest = append(rest, fs.Args()...)
+	c, err := openPlanClient(e.ctx, *db, *url, *token, *by)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	needID := func() (string, bool) {
+		if len(rest) != 1 {
+			fmt.Fprintf(e.stderr, "airlock plans %s: want one plan id\n", sub)
+			return "", false
+		}
+		return rest[0], true
+	}
+	switch sub {
+	case "list":
+		plans, err := c.list(ctx, airlock.PlanFilter{Status: airlock.PlanStatus(*status), Tool: *tool, RunID: *run})
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		if *format == "json" {
+			return printJSON(e, plans)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tRULE\tDECISION\tRUN\tCREATED\tARGS")
+		for _, p := range plans {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Tool, p.Status, p.Rule, p.Decision, p.RunID, p.CreatedAt.Format(time.RFC3339), p.Args)
+		}
+		tw.Flush()
+		return 0
+	case "show":
+		id, ok := needID()
+		if !ok {
+			return 2
+		}
+		p, err := c.get(ctx, id)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		return printJSON(e, p)
+	case "approve", "reject":
+		id, ok := needID()
+		if !ok {
+			return 2
+		}
+		if strings.TrimSpace(*reason) == "" {
+			return fail(e, "--reason is required: why (it goes in the audit trail)")
+		}
+		p, err := c.decide(ctx, id, sub == "approve", *reason)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		fmt.Fprintf(e.stdout, "plan %s: %s by %s\n", p.ID, p.Status, p.DecidedBy)
+		return 0
+	}
+	fmt.Fprintf(e.stderr, "airlock plans: unknown subcommand %q\n", sub)
+	return 2
+}
+
+func printJSON(e *env, v any) int {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fail(e, "%v", err)
+	}
+	return 0
+}
+
+// insertOnlyQueue is a commit queue that only inserts jobs (it is never
+// started); the server's queue works them.
+func insertOnlyQueue(ctx context.Context, s airlock.Store) (*riverqueue.Queue, error) {
+	switch st := s.(type) {
+	case *sqlite.Store:
+		return riverqueue.SQLite(ctx, st.Path(), nil, nil)
+	case *postgres.Store:
+		return riverqueue.Postgres(ctx, st.Pool(), nil, nil)
+	}
+	return nil, fmt.Errorf("no commit queue for %T", s)
+}
