@@ -198,3 +198,21 @@ func TestPolicyTest(t *testing.T) {
 		}
 	})
 }
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "demo")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		"withdrawals approved more than once:  1 without airlock, 0 through it",
+		"WD-24812                    4                  1",
+		"2 decided automatically, 4 sent to a person",
+		"WD-24817: committed",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}

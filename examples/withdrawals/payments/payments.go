@@ -32,6 +32,8 @@ type Config struct {
 	SlowRate float64
 	// SlowLatency is the latency of slow writes. Default 0.
 	SlowLatency time.Duration
+	// SlowRecords always take SlowLatency (a deterministic incident).
+	SlowRecords []string
 }
 
 // Withdrawal is a ledger entry.
@@ -142,10 +144,15 @@ func (s *Service) withdrawal(id string) *Withdrawal {
 	return w
 }
 
-func (s *Service) delay() {
+func (s *Service) delay(record string) {
 	d := s.cfg.Latency
 	if s.cfg.SlowRate > 0 && rand.Float64() < s.cfg.SlowRate {
 		d = s.cfg.SlowLatency
+	}
+	for _, r := range s.cfg.SlowRecords {
+		if r == record {
+			d = s.cfg.SlowLatency
+		}
 	}
 	if d > 0 {
 		time.Sleep(d)
@@ -174,7 +181,7 @@ func (s *Service) approve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.delay()
+	s.delay(req.RecordID)
 	s.mu.Lock()
 	s.calls++
 	s.withdrawal(req.RecordID)
@@ -196,7 +203,7 @@ func (s *Service) note(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "text is required"})
 		return
 	}
-	s.delay()
+	s.delay(req.RecordID)
 	s.mu.Lock()
 	s.calls++
 	s.notes[req.RecordID] = append(s.notes[req.RecordID], req.Text)
