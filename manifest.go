@@ -39,6 +39,8 @@ type Manifest struct {
 	Auth      Auth                `yaml:"auth" json:"auth"`
 	Upstreams map[string]Upstream `yaml:"upstreams" json:"upstreams,omitempty"`
 	Tools     []*Tool             `yaml:"tools" json:"tools"`
+	// Notify says where to announce plans that wait for a person.
+	Notify Notify `yaml:"notify" json:"notify,omitempty"`
 
 	// Source is the file the manifest came from, for messages; set by the loader.
 	Source string `yaml:"-" json:"-"`
@@ -56,6 +58,13 @@ type Calendar struct {
 	// Default: none (the day ends at midnight).
 	Cutoff   *ClockTime `yaml:"cutoff" json:"cutoff,omitempty"`
 	Holidays []Date     `yaml:"holidays" json:"holidays,omitempty"`
+}
+
+// Notify configures notifications.
+type Notify struct {
+	// Webhook receives a JSON POST (with a Slack-compatible "text" field)
+	// when a plan waits for a person. Default: none.
+	Webhook string `yaml:"webhook" json:"webhook,omitempty"`
 }
 
 // Auth lists the bearer tokens the server accepts.
@@ -250,6 +259,11 @@ func (m *Manifest) Validate() error {
 	}
 	m.Calendar.validate(v)
 	m.Auth.validate(v)
+	if m.Notify.Webhook != "" {
+		if pu, err := url.Parse(m.Notify.Webhook); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			v.add("notify.webhook", "%q is not an http(s) URL", m.Notify.Webhook)
+		}
+	}
 	upNames := make([]string, 0, len(m.Upstreams))
 	for n := range m.Upstreams {
 		upNames = append(upNames, n)

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -41,10 +43,12 @@ type Config struct {
 
 // Service runs plans.
 type Service struct {
-	cfg      Config
-	policies map[string]*policy.Policy
-	clock    airlock.Clock
-	log      *slog.Logger
+	notifying sync.WaitGroup
+	webhook   *http.Client
+	cfg       Config
+	policies  map[string]*policy.Policy
+	clock     airlock.Clock
+	log       *slog.Logger
 }
 
 // New compiles the rules and returns the service.
@@ -56,7 +60,7 @@ func New(cfg Config) (*Service, error) {
 	if len(problems) > 0 {
 		return nil, &airlock.ValidationError{Problems: problems}
 	}
-	s := &Service{cfg: cfg, policies: policies, clock: cfg.Clock, log: cfg.Logger}
+	s := &Service{cfg: cfg, policies: policies, clock: cfg.Clock, log: cfg.Logger, webhook: &http.Client{}}
 	if s.clock == nil {
 		s.clock = airlock.SystemClock{}
 	}
@@ -135,6 +139,9 @@ func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.
 	stored, created, err := s.cfg.Store.CreatePlan(ctx, p, s.cfg.Enqueue)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: storing the plan: %v", airlock.ErrStoreUnavailable, err)
+	}
+	if created && stored.Status == airlock.PlanAwaitingApproval {
+		s.notifyWaiting(stored)
 	}
 	return stored, !created, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -261,5 +263,59 @@ func TestPlans(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+func TestWebhookAnnouncesPlansWaitingForAPerson(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	got := make(chan map[string]any, 8)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable) // retried with backoff
+			return
+		}
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		got <- body
+	}))
+	defer hook.Close()
+	m, _ := manifest.Example()
+	m.Notify.Webhook = hook.URL
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_ = s.Migrate(context.Background())
+	g := airlock.NewGuard(s, nil)
+	defer g.Close()
+	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000}, approvals: map[string]int{}}
+	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: g, Callers: l.caller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := svc.Propose(context.Background(), m.Tool("approve_withdrawal"), args("WD-BIG"), "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case body := <-got:
+		text, _ := body["text"].(string)
+		if !strings.Contains(text, p.ID) || !strings.Contains(text, "waits for a person") || !strings.Contains(text, "250000") {
+			t.Fatalf("webhook text: %q", text)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no webhook after %d attempts", hits.Load())
+	}
+	svc.Wait()
+	// An automatic plan announces nothing.
+	before := hits.Load()
+	if _, _, err := svc.Propose(context.Background(), m.Tool("approve_withdrawal"), args("WD-SMALL"), "run-1"); err != nil {
+		t.Fatal(err)
+	}
+	svc.Wait()
+	if hits.Load() != before {
+		t.Fatal("an automatic plan was announced")
 	}
 }
