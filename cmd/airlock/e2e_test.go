@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -511,5 +512,69 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 			t.Fatalf("the server's queue did not commit the plan approved on the database:\n%s", r.stdout)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestE2ECommitSurvivesAKilledWorker(t *testing.T) {
+	t.Parallel()
+	// The payments service honours idempotency keys (its own middleware),
+	// and takes 3 s to approve.
+	payments := startPayments(t, "--db", filepath.Join(t.TempDir(), "payments.db"), "--latency", "3s")
+	config := filepath.Join(t.TempDir(), "airlock.yaml")
+	src := fmt.Sprintf(`version: 1
+auth:
+  tokens:
+    - {name: agent-1, role: agent, env: E2E_AGENT}
+    - {name: alice, role: approver, env: E2E_APPROVER}
+upstreams:
+  payments: {http: %q, honors_idempotency_key: true}
+tools:
+  - name: approve_withdrawal
+    kind: irreversible
+    input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {name: payments, path: /withdrawals/approve}
+    answers: {undo: "No.", approver: "Automatic.", on_repeat: "The first approval."}
+    approval: {rules: [{name: always, when: "true", decide: auto}]}
+`, payments.url())
+	if err := os.WriteFile(config, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "a.db")
+	flags := []string{"serve", "--config", config, "--db", dsn, "--lease", "2s", "--commit-rescue-after", "4s"}
+	first := start(t, tokenEnv, bin(t, "airlock"), append(flags, "--listen", freeAddr(t))...)
+	status, body := apiCall(t, "POST", first.url()+"/v1/calls", agentToken, `{"tool":"plan_approve_withdrawal","args":{"record_id":"WD-9"}}`)
+	if status != 200 {
+		t.Fatalf("propose: %d %v", status, body)
+	}
+	id := body["plan"].(map[string]any)["id"].(string)
+	time.Sleep(1500 * time.Millisecond) // the commit is at the payments service now
+	_ = first.cmd.Process.Kill()         // SIGKILL mid-commit
+	<-first.exited
+
+	second := start(t, tokenEnv, bin(t, "airlock"), append(flags, "--listen", freeAddr(t))...)
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		_, p := apiCall(t, "GET", second.url()+"/v1/plans/"+id, approverToken, "")
+		if p["status"] == "committed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plan not committed after the worker was killed: %v", p)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	resp, err := http.Get(payments.url() + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Approvals map[string]int `json:"approvals"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if st.Approvals["WD-9"] != 1 {
+		t.Fatalf("approved %d times across the kill and the retry", st.Approvals["WD-9"])
 	}
 }

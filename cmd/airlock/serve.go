@@ -51,7 +51,13 @@ func (a *app) Close() {
 
 // openApp loads the manifest, opens and migrates the store, connects the
 // upstreams and builds the gateway.
-func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token, defaultRun string, log *slog.Logger) (*app, error) {
+// tuning holds the operational knobs of serve.
+type tuning struct {
+	lease       time.Duration // the guard's lease; 0: default
+	rescueAfter time.Duration // River's rescue of stuck commits; 0: default
+}
+
+func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token, defaultRun string, log *slog.Logger, tune tuning) (*app, error) {
 	m, err := loadManifest(configPath)
 	if err != nil {
 		return nil, err
@@ -98,7 +104,7 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 			return c.Call(ctx, &upstream.Request{Tool: t, Args: args, Key: key})
 		}, true
 	}
-	a.guard = airlock.NewGuard(s, &airlock.GuardConfig{Redrive: redrive, Logger: log})
+	a.guard = airlock.NewGuard(s, &airlock.GuardConfig{Redrive: redrive, Logger: log, Lease: tune.lease})
 	a.closers = append(a.closers, func() error { a.guard.Close(); return nil })
 	callers := func(t *airlock.Tool) (upstream.Caller, bool) {
 		if t.Upstream == nil {
@@ -115,9 +121,9 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 	var q *riverqueue.Queue
 	switch st := s.(type) {
 	case *sqlite.Store:
-		q, err = riverqueue.SQLite(ctx, st.Path(), a.plans, nil)
+		q, err = riverqueue.SQLite(ctx, st.Path(), a.plans, &riverqueue.Config{RescueAfter: tune.rescueAfter})
 	case *postgres.Store:
-		q, err = riverqueue.Postgres(ctx, st.Pool(), a.plans, nil)
+		q, err = riverqueue.Postgres(ctx, st.Pool(), a.plans, &riverqueue.Config{RescueAfter: tune.rescueAfter})
 	default:
 		err = fmt.Errorf("no commit queue for %T", s)
 	}
@@ -207,6 +213,8 @@ func cmdServe(e *env, args []string) int {
 	config := configFlag(fs)
 	db := dbFlag(fs)
 	listen := fs.String("listen", envOr("AIRLOCK_LISTEN", "127.0.0.1:8420"), "address to listen on; env AIRLOCK_LISTEN")
+	lease := fs.Duration("lease", 0, "how long a claim holds without a heartbeat before the reaper takes it (default 30s)")
+	rescueAfter := fs.Duration("commit-rescue-after", 0, "retry a commit whose process died after this long (default 10m)")
 	examplePayments := fs.String("example-payments", "auto", "with the bundled example, run its fake payments service in this process: auto (when its port is free), on or off")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -247,14 +255,18 @@ func cmdServe(e *env, args []string) int {
 		}
 	}
 
-	a, err := openApp(e.ctx, *config, *db, tokens, "", log)
+	a, err := openApp(e.ctx, *config, *db, tokens, "", log, tuning{lease: *lease, rescueAfter: *rescueAfter})
 	if err != nil {
 		return fail(e, "%v", err)
 	}
 	defer a.Close()
 	reaperCtx, stopReaper := context.WithCancel(context.Background())
 	defer stopReaper()
-	go a.guard.RunReaper(reaperCtx, 5*time.Second)
+	reapEvery := 5 * time.Second
+	if *lease > 0 && *lease < 2*reapEvery {
+		reapEvery = max(*lease/2, 100*time.Millisecond)
+	}
+	go a.guard.RunReaper(reaperCtx, reapEvery)
 	go a.gateway.RunExpiry(reaperCtx, 10*time.Second)
 	if err := a.queue.Start(reaperCtx); err != nil {
 		return fail(e, "starting the commit queue: %v", err)
@@ -334,7 +346,7 @@ func cmdMCP(e *env, args []string) int {
 		_, _ = rand.Read(b[:])
 		*run = "stdio-" + hex.EncodeToString(b[:])
 	}
-	a, err := openApp(e.ctx, *config, *db, nil, *run, log)
+	a, err := openApp(e.ctx, *config, *db, nil, *run, log, tuning{})
 	if err != nil {
 		return fail(e, "%v", err)
 	}

@@ -40,7 +40,8 @@ func (CommitArgs) InsertOpts() river.InsertOpts {
 
 type worker struct {
 	river.WorkerDefaults[CommitArgs]
-	svc *plan.Service
+	svc     *plan.Service
+	timeout time.Duration
 }
 
 func (w *worker) Work(ctx context.Context, job *river.Job[CommitArgs]) error {
@@ -52,7 +53,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[CommitArgs]) error {
 }
 
 // Timeout bounds one commit attempt (the tool's own timeout applies inside).
-func (w *worker) Timeout(*river.Job[CommitArgs]) time.Duration { return 5 * time.Minute }
+func (w *worker) Timeout(*river.Job[CommitArgs]) time.Duration { return w.timeout }
 
 // Queue is a running River client.
 type Queue struct {
@@ -86,14 +87,30 @@ type Config struct {
 	// FetchPollInterval: how often idle workers look for jobs. Default 200ms
 	// (on PostgreSQL River also wakes on LISTEN/NOTIFY).
 	FetchPollInterval time.Duration
+	// CommitTimeout bounds one commit attempt. Default 5m.
+	CommitTimeout time.Duration
+	// RescueAfter: a commit still running this long (its process died) is
+	// retried; the guarded call makes that safe. Default 10m; at least
+	// twice CommitTimeout.
+	RescueAfter time.Duration
 }
 
 func riverConfig(svc *plan.Service, cfg *Config) *river.Config {
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	timeout, rescue := cfg.CommitTimeout, cfg.RescueAfter
+	if rescue <= 0 {
+		rescue = 10 * time.Minute
+	}
+	if timeout <= 0 {
+		timeout = min(5*time.Minute, rescue/2)
+	}
+	if rescue < 2*timeout {
+		rescue = 2 * timeout
+	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &worker{svc: svc})
+	river.AddWorker(workers, &worker{svc: svc, timeout: timeout})
 	n := cfg.Workers
 	if n <= 0 {
 		n = 8
@@ -114,7 +131,8 @@ func riverConfig(svc *plan.Service, cfg *Config) *river.Config {
 		FetchCooldown:     min(poll, 100*time.Millisecond),
 		// A commit killed mid-way is rescued and retried; the guarded call
 		// makes the retry safe.
-		RescueStuckJobsAfter: 10 * time.Minute,
+		RescueStuckJobsAfter: rescue,
+		JobTimeout:           timeout,
 	}
 }
 
