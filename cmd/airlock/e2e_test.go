@@ -550,7 +550,7 @@ tools:
 	}
 	id := body["plan"].(map[string]any)["id"].(string)
 	time.Sleep(1500 * time.Millisecond) // the commit is at the payments service now
-	_ = first.cmd.Process.Kill()         // SIGKILL mid-commit
+	_ = first.cmd.Process.Kill()        // SIGKILL mid-commit
 	<-first.exited
 
 	second := start(t, tokenEnv, bin(t, "airlock"), append(flags, "--listen", freeAddr(t))...)
