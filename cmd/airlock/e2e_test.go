@@ -163,7 +163,9 @@ func TestE2EBadInputRunsNothing(t *testing.T) {
 		{"unknown tool", `{"tool": "send_money", "args": {}}`, 404, "unknown_tool", "tool", "add_note"},
 		{"missing natural-key field", `{"tool": "add_note", "args": {"text": "x"}}`, 400, "missing_field", "record_id", "record_id"},
 		{"blank natural-key field", `{"tool": "add_note", "args": {"record_id": "  ", "text": "x"}}`, 400, "missing_field", "record_id", "empty"},
-		{"irreversible tool", `{"tool": "approve_withdrawal", "args": {"record_id": "WD-1"}}`, 403, "not_callable", "tool", "irreversible"},
+		{"irreversible tool", `{"tool": "approve_withdrawal", "args": {"record_id": "WD-1"}}`, 403, "not_callable", "tool", "Use plan_approve_withdrawal"},
+		{"irreversible tool, name trick", `{"tool": " Approve_Withdrawal ", "args": {"record_id": "WD-1"}}`, 403, "not_callable", "tool", "plan_approve_withdrawal"},
+		{"plan of a write tool", `{"tool": "plan_add_note", "args": {"record_id": "WD-1", "text": "x"}}`, 404, "unknown_tool", "tool", "plan_approve_withdrawal"},
 		{"oversized body", big, 413, "too_large", "", "larger than"},
 		{"run window without a run", `{"tool": "limited_note", "args": {"record_id": "WD-1", "text": "x"}}`, 400, "missing_field", "run_id", "run id"},
 	} {
