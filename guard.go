@@ -111,21 +111,31 @@ type GuardConfig struct {
 	Redrive Redriver
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
+	// Observer is told of every side-effect attempt (metrics). Default: none.
+	Observer Observer
+}
+
+// Observer watches side effects; package metrics implements it.
+type Observer interface {
+	// SideEffect reports one attempt: its outcome, how long it took, and
+	// whether it ran into the tool's timeout.
+	SideEffect(tool *Tool, out Outcome, took time.Duration, timedOut bool)
 }
 
 // Guard runs side effects at most once per key.
 type Guard struct {
-	store   Store
-	clock   Clock
-	lease   time.Duration
-	retain  time.Duration
-	retries int
-	backoff time.Duration
-	redrive Redriver
-	log     *slog.Logger
-	cache   *recordCache
-	hub     *hub
-	unsub   func()
+	store    Store
+	clock    Clock
+	lease    time.Duration
+	retain   time.Duration
+	retries  int
+	backoff  time.Duration
+	redrive  Redriver
+	observer Observer
+	log      *slog.Logger
+	cache    *recordCache
+	hub      *hub
+	unsub    func()
 
 	ownerPrefix string
 	seq         atomic.Uint64
@@ -138,15 +148,16 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 		cfg = &GuardConfig{}
 	}
 	g := &Guard{
-		store:   store,
-		clock:   cfg.Clock,
-		lease:   cfg.Lease,
-		retain:  cfg.Retention,
-		retries: cfg.UnknownRetries,
-		backoff: cfg.RetryBackoff,
-		redrive: cfg.Redrive,
-		log:     cfg.Logger,
-		hub:     newHub(),
+		store:    store,
+		clock:    cfg.Clock,
+		lease:    cfg.Lease,
+		retain:   cfg.Retention,
+		retries:  cfg.UnknownRetries,
+		backoff:  cfg.RetryBackoff,
+		redrive:  cfg.Redrive,
+		observer: cfg.Observer,
+		log:      cfg.Logger,
+		hub:      newHub(),
 	}
 	if g.clock == nil {
 		g.clock = SystemClock{}
@@ -393,8 +404,13 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 	sentOnce := false
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
+		began := time.Now()
 		out = g.run(actx, fn, rec.Key)
+		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
 		cancel()
+		if g.observer != nil {
+			g.observer.SideEffect(tool, out, time.Since(began), timedOut)
+		}
 		if out.Kind == OutcomeNotSent && sentOnce {
 			// An earlier attempt may have happened; this one did not even
 			// leave, which tells us nothing more.

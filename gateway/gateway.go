@@ -16,8 +16,10 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/upstream"
 )
@@ -60,6 +62,10 @@ type Config struct {
 	// plan_status, /v1/plans). Default: none (irreversible tools cannot be
 	// reached at all).
 	Plans *plan.Service
+	// Metrics, when set, counts calls, repeats, plans and decisions.
+	Metrics *metrics.Metrics
+	// Gatherer, when set, is served on /metrics to admin tokens.
+	Gatherer prometheus.Gatherer
 	// DefaultRunID is the run of MCP calls that name none (no _meta, no
 	// header, no session id: stdio). Default: none.
 	DefaultRunID string
@@ -78,6 +84,8 @@ type Gateway struct {
 	mcp     *mcp.Server
 	run     string
 	plans   *plan.Service
+	metrics *metrics.Metrics
+	gather  prometheus.Gatherer
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -89,6 +97,7 @@ func New(cfg Config) (*Gateway, error) {
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
 		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
+		metrics: cfg.Metrics, gather: cfg.Gatherer,
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody
@@ -132,6 +141,41 @@ type CallRequest struct {
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
 // input, refusals and an unreachable store: in each case nothing ran.
 func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
+	a, err := g.call(ctx, req)
+	if g.metrics != nil {
+		g.observe(ctx, req, a, err)
+	}
+	return a, err
+}
+
+// observe feeds the metrics: the call's outcome, repeats, plans, and the
+// run's count of side-effecting calls at each new one.
+func (g *Gateway) observe(ctx context.Context, req *CallRequest, a *airlock.Answer, err error) {
+	kind := airlock.ToolKind("unknown")
+	name := req.Tool
+	if t := g.m.Tool(req.Tool); t != nil {
+		kind = t.Kind
+	} else if base, ok := strings.CutPrefix(req.Tool, PlanPrefix); ok && g.m.Tool(base) != nil {
+		name, kind = base, airlock.KindIrreversible
+	} else if req.Tool == PlanStatusTool {
+		kind = airlock.KindRead
+	}
+	g.metrics.Call(name, kind, a, err)
+	if err != nil || a == nil || a.Repeat {
+		return
+	}
+	if a.Plan != nil {
+		g.metrics.Planned(name, a.Plan.Decision)
+		return
+	}
+	if kind == airlock.KindWrite && req.RunID != "" {
+		if n, err := g.store.CountRunCalls(ctx, req.RunID, name); err == nil {
+			g.metrics.RunCalls(name, n)
+		}
+	}
+}
+
+func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
 	if g.plans != nil {
 		if req.Tool == PlanStatusTool {
 			return g.planStatus(ctx, req.Args)

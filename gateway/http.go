@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockhq/airlock"
 )
@@ -28,6 +29,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("GET /v1/tools", g.require(readers, http.HandlerFunc(g.handleTools)))
 	mux.Handle("GET /v1/records/{key}", g.require(readers, http.HandlerFunc(g.handleRecord)))
 	mux.Handle("POST /v1/records/{key}/settle", g.require(adminOnly, http.HandlerFunc(g.handleSettle)))
+	if g.gather != nil {
+		mux.Handle("GET /metrics", g.require(adminOnly, promhttp.HandlerFor(g.gather, promhttp.HandlerOpts{})))
+	}
 	if g.plans != nil {
 		mux.Handle("GET /v1/plans", g.require(readers, http.HandlerFunc(g.handlePlans)))
 		mux.Handle("GET /v1/plans/{id}", g.require(readers, http.HandlerFunc(g.handlePlan)))

@@ -176,10 +176,14 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 			return
 		}
 		p, _ := PrincipalFrom(r.Context())
+		before, _ := g.plans.Get(r.Context(), r.PathValue("id"))
 		plan, err := g.plans.Decide(r.Context(), r.PathValue("id"), approve, p.Name, req.Reason, req.DecisionHash)
 		if err != nil {
 			writeError(w, g.log, err)
 			return
+		}
+		if g.metrics != nil && before != nil && before.Status == airlock.PlanAwaitingApproval {
+			g.metrics.Decided(plan.Tool, plan.DecidedAt.Sub(plan.CreatedAt))
 		}
 		writeJSON(w, http.StatusOK, plan)
 	}

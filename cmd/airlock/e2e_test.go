@@ -229,6 +229,9 @@ func TestE2EAuthMatrix(t *testing.T) {
 		{"admin settles", "POST", "/v1/records/abc/settle", adminToken, settle, 404},
 		{"approver cannot reach MCP", "POST", "/mcp", approverToken, `{}`, 403},
 		{"no token on MCP", "POST", "/mcp", "", `{}`, 401},
+		{"agent cannot read metrics", "GET", "/metrics", agentToken, "", 403},
+		{"approver cannot read metrics", "GET", "/metrics", approverToken, "", 403},
+		{"admin reads metrics", "GET", "/metrics", adminToken, "", 200},
 		{"health needs no token", "GET", "/healthz", "", "", 200},
 		{"readiness needs no token", "GET", "/readyz", "", "", 200},
 	} {

@@ -17,10 +17,13 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals/payments"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/plan/riverqueue"
 	"github.com/airlockhq/airlock/store"
@@ -104,7 +107,29 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 			return c.Call(ctx, &upstream.Request{Tool: t, Args: args, Key: key})
 		}, true
 	}
-	a.guard = airlock.NewGuard(s, &airlock.GuardConfig{Redrive: redrive, Logger: log, Lease: tune.lease})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	met, err := metrics.New(reg, &metrics.Config{QueueDepth: func(ctx context.Context) (map[string]int, error) {
+		waiting, err := s.ListPlans(ctx, airlock.PlanFilter{Status: airlock.PlanAwaitingApproval, Limit: 10000})
+		if err != nil {
+			return nil, err
+		}
+		depth := map[string]int{}
+		for _, t := range m.Tools {
+			if t.Kind == airlock.KindIrreversible {
+				depth[t.Name] = 0
+			}
+		}
+		for _, p := range waiting {
+			depth[p.Tool]++
+		}
+		return depth, nil
+	}})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.guard = airlock.NewGuard(s, &airlock.GuardConfig{Redrive: redrive, Logger: log, Lease: tune.lease, Observer: met})
 	a.closers = append(a.closers, func() error { a.guard.Close(); return nil })
 	callers := func(t *airlock.Tool) (upstream.Caller, bool) {
 		if t.Upstream == nil {
@@ -135,7 +160,7 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 	a.queue = q
 	a.gateway, err = gateway.New(gateway.Config{
 		Manifest: m, Guard: a.guard, Store: s, Upstreams: ups, Tokens: tokens, Logger: log, Version: version, DefaultRunID: defaultRun,
-		Plans: a.plans,
+		Plans: a.plans, Metrics: met, Gatherer: reg,
 	})
 	if err != nil {
 		a.Close()

@@ -1,0 +1,151 @@
+// Package metrics exposes the figures that show the protection works
+// (DESIGN §2.6) as Prometheus metrics (client_golang), registered on a
+// prometheus.Registerer passed in — never the global one.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlockhq/airlock"
+)
+
+// Metrics holds the collectors.
+type Metrics struct {
+	ToolCalls       *prometheus.CounterVec   // airlock_tool_calls_total{tool,kind,outcome}
+	Repeats         *prometheus.CounterVec   // airlock_repeats_total{tool,state}
+	BudgetRefusals  *prometheus.CounterVec   // airlock_run_budget_refusals_total{tool}
+	ToolDuration    *prometheus.HistogramVec // airlock_tool_duration_seconds{tool}
+	ToolTimeouts    *prometheus.CounterVec   // airlock_tool_timeouts_total{tool}
+	InDoubt         *prometheus.CounterVec   // airlock_in_doubt_total{tool}
+	Plans           *prometheus.CounterVec   // airlock_plans_total{tool,decision}
+	ApprovalWait    *prometheus.HistogramVec // airlock_approval_wait_seconds{tool}
+	queueDepth      *prometheus.Desc
+	queue           func(ctx context.Context) (map[string]int, error)
+	sideEffectCalls *prometheus.HistogramVec // airlock_side_effect_calls_per_run
+}
+
+// Config configures New. A nil *Config means all defaults.
+type Config struct {
+	// QueueDepth, when set, is read at each scrape for
+	// airlock_approval_queue_depth{tool}: plans waiting for a person.
+	QueueDepth func(ctx context.Context) (map[string]int, error)
+}
+
+// New registers the collectors on reg.
+func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	m := &Metrics{
+		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_tool_calls_total", Help: "Tool calls by tool, kind and outcome (succeeded, failed, in_progress, in_doubt, planned, refused, error).",
+		}, []string{"tool", "kind", "outcome"}),
+		Repeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_repeats_total", Help: "Repeated calls answered from the first call's record, by the record's state.",
+		}, []string{"tool", "state"}),
+		BudgetRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_run_budget_refusals_total", Help: "Calls refused by max_calls_per_run.",
+		}, []string{"tool"}),
+		ToolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_tool_duration_seconds", Help: "Duration of upstream side-effect attempts.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60},
+		}, []string{"tool"}),
+		ToolTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_tool_timeouts_total", Help: "Side-effect attempts that ran into the tool's timeout.",
+		}, []string{"tool"}),
+		InDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_in_doubt_total", Help: "Calls answered in_doubt (their outcome is unknown).",
+		}, []string{"tool"}),
+		Plans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_plans_total", Help: "Plans created, by the rule's decision (auto or human).",
+		}, []string{"tool", "decision"}),
+		ApprovalWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_approval_wait_seconds", Help: "How long plans waited for a person's decision.",
+			Buckets: []float64{10, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400},
+		}, []string{"tool"}),
+		sideEffectCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_side_effect_calls_per_run", Help: "Side-effecting calls a run had made, observed at each new one.",
+			Buckets: []float64{1, 2, 3, 5, 10, 20, 50, 100},
+		}, []string{"tool"}),
+		queueDepth: prometheus.NewDesc("airlock_approval_queue_depth", "Plans waiting for a person.", []string{"tool"}, nil),
+		queue:      cfg.QueueDepth,
+	}
+	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait, m.sideEffectCalls, queueCollector{m}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+type queueCollector struct{ m *Metrics }
+
+func (q queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- q.m.queueDepth }
+
+func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
+	if q.m.queue == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	depth, err := q.m.queue(ctx)
+	if err != nil {
+		return
+	}
+	for tool, n := range depth {
+		ch <- prometheus.MustNewConstMetric(q.m.queueDepth, prometheus.GaugeValue, float64(n), tool)
+	}
+}
+
+// SideEffect implements airlock.Observer.
+func (m *Metrics) SideEffect(tool *airlock.Tool, out airlock.Outcome, took time.Duration, timedOut bool) {
+	m.ToolDuration.WithLabelValues(tool.Name).Observe(took.Seconds())
+	if timedOut {
+		m.ToolTimeouts.WithLabelValues(tool.Name).Inc()
+	}
+}
+
+// Call records one agent call's answer (or error).
+func (m *Metrics) Call(tool string, kind airlock.ToolKind, a *airlock.Answer, err error) {
+	outcome := "error"
+	switch {
+	case err != nil:
+		var e *airlock.Error
+		if errors.As(err, &e) {
+			switch e.Code {
+			case airlock.CodeBudgetExceeded:
+				m.BudgetRefusals.WithLabelValues(tool).Inc()
+				outcome = "refused"
+			case airlock.CodeInvalidArgument, airlock.CodeMissingField, airlock.CodeUnknownTool, airlock.CodeNotCallable, airlock.CodeArgumentsMismatch:
+				outcome = "refused"
+			}
+		}
+	case a != nil:
+		outcome = string(a.Status)
+		if a.Repeat {
+			state := string(a.Status)
+			m.Repeats.WithLabelValues(tool, state).Inc()
+		}
+		if a.Status == airlock.StatusInDoubt && !a.Repeat {
+			m.InDoubt.WithLabelValues(tool).Inc()
+		}
+	}
+	m.ToolCalls.WithLabelValues(tool, string(kind), outcome).Inc()
+}
+
+// RunCalls records how many side-effecting calls a run has made, at each new one.
+func (m *Metrics) RunCalls(tool string, n int) {
+	m.sideEffectCalls.WithLabelValues(tool).Observe(float64(n))
+}
+
+// Planned records a new plan.
+func (m *Metrics) Planned(tool, decision string) { m.Plans.WithLabelValues(tool, decision).Inc() }
+
+// Decided records a person's decision after a wait.
+func (m *Metrics) Decided(tool string, waited time.Duration) {
+	m.ApprovalWait.WithLabelValues(tool).Observe(waited.Seconds())
+}
