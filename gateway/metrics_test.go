@@ -115,7 +115,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	call("note", "C", "r1")    // 4th new call of the run: refused by the budget of 3
 	call("note", "SLOW", "r2") // a repeat of the in-doubt record
 	call("lookup", "A", "r1")
-	call("pay", "X", "r1")      // refused: irreversible
+	call("pay", "X", "r1")       // refused: irreversible
 	call("plan_pay", "S1", "r1") // auto
 	call("plan_pay", "BIG1", "r1")
 	call("plan_pay", "BIG1", "r1") // repeat of a plan
