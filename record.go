@@ -125,6 +125,8 @@ type Store interface {
 	PollInterval() time.Duration
 	// PlanStore keeps the plans of irreversible tools.
 	PlanStore
+	// AuditStore keeps the audit log.
+	AuditStore
 	// Migrate applies the embedded migrations.
 	Migrate(ctx context.Context) error
 	// Ping checks the database is reachable and migrated.

@@ -33,3 +33,13 @@ func TestConformance(t *testing.T) {
 }
 
 func BenchmarkGuard(b *testing.B) { storetest.Bench(b, newStore) }
+
+func TestAudit(t *testing.T) {
+	t.Parallel()
+	storetest.RunAudit(t, newStore, func(t testing.TB, s airlock.Store, q string) {
+		t.Helper()
+		if _, err := s.(*sqlite.Store).DB().Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	})
+}

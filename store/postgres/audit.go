@@ -1,0 +1,143 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock"
+)
+
+const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, prev_hash, hash`
+
+const insertAudit = `INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
+func auditArgs(e *airlock.AuditEvent) []any {
+	return []any{e.At, e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash}
+}
+
+// appendAudit writes events inside a transaction.
+func appendAudit(ctx context.Context, tx pgx.Tx, events ...*airlock.AuditEvent) error {
+	for _, e := range events {
+		if _, err := tx.Exec(ctx, insertAudit, auditArgs(e)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AppendAudit implements airlock.AuditStore.
+func (s *Store) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return appendAudit(ctx, tx, events...) })
+}
+
+func scanAudit(row pgx.Row) (*airlock.AuditEvent, error) {
+	var (
+		e                        airlock.AuditEvent
+		seq                      *int64
+		at                       time.Time
+		args, result, prev, hash *string
+	)
+	if err := row.Scan(&e.ID, &seq, &at, &e.Kind, &e.RunID, &e.Key, &e.Tool, &args, &result, &e.Error, &e.Actor,
+		&e.PlanID, &e.Rule, &e.DecisionHash, &prev, &hash); err != nil {
+		return nil, err
+	}
+	e.At = at.UTC()
+	if seq != nil {
+		e.Seq = *seq
+	}
+	if args != nil {
+		e.Args = json.RawMessage(*args)
+	}
+	if result != nil {
+		e.Result = json.RawMessage(*result)
+	}
+	if prev != nil {
+		e.PrevHash = *prev
+	}
+	if hash != nil {
+		e.Hash = *hash
+	}
+	return &e, nil
+}
+
+// auditLock serialises sealers across replicas.
+const auditLock = 7412094
+
+// SealAudit implements airlock.AuditStore.
+func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, auditLock); err != nil {
+			return err
+		}
+		var lastSeq int64
+		var lastHash string
+		err := tx.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash)
+		if err != nil && !isNoRows(err) {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL ORDER BY id LIMIT $1`, limit)
+		if err != nil {
+			return err
+		}
+		var pending []*airlock.AuditEvent
+		for rows.Next() {
+			e, err := scanAudit(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			pending = append(pending, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var b pgx.Batch
+		for _, e := range pending {
+			lastSeq++
+			e.Seq = lastSeq
+			h := e.ChainHash(lastHash)
+			b.Queue(`UPDATE airlock_audit SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1`, e.ID, e.Seq, lastHash, h)
+			lastHash = h
+		}
+		n = len(pending)
+		if n == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, &b).Close()
+	})
+	return n, err
+}
+
+// AuditLog implements airlock.AuditStore.
+func (s *Store) AuditLog(ctx context.Context, after int64, limit int) ([]*airlock.AuditEvent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq > $1 ORDER BY seq LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.AuditEvent
+	for rows.Next() {
+		e, err := scanAudit(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// UnsealedAudit implements airlock.AuditStore.
+func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM airlock_audit WHERE seq IS NULL`).Scan(&n)
+	return n, err
+}

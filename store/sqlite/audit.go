@@ -1,0 +1,123 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+
+	"github.com/airlockhq/airlock"
+)
+
+const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, prev_hash, hash`
+
+const insertAudit = `INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func auditArgs(e *airlock.AuditEvent) []any {
+	return []any{micros(e.At), e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash}
+}
+
+// appendAudit writes events inside a transaction.
+func appendAudit(ctx context.Context, tx *sql.Tx, events ...*airlock.AuditEvent) error {
+	for _, e := range events {
+		if _, err := tx.ExecContext(ctx, insertAudit, auditArgs(e)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AppendAudit implements airlock.AuditStore.
+func (s *Store) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) error {
+	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error { return appendAudit(ctx, tx, events...) })
+}
+
+func scanAudit(row scanner) (*airlock.AuditEvent, error) {
+	var (
+		e            airlock.AuditEvent
+		seq          sql.NullInt64
+		at           int64
+		args, result sql.NullString
+		prev, hash   sql.NullString
+	)
+	if err := row.Scan(&e.ID, &seq, &at, &e.Kind, &e.RunID, &e.Key, &e.Tool, &args, &result, &e.Error, &e.Actor,
+		&e.PlanID, &e.Rule, &e.DecisionHash, &prev, &hash); err != nil {
+		return nil, err
+	}
+	e.Seq, e.At, e.PrevHash, e.Hash = seq.Int64, fromMicros(at), prev.String, hash.String
+	if args.Valid {
+		e.Args = json.RawMessage(args.String)
+	}
+	if result.Valid {
+		e.Result = json.RawMessage(result.String)
+	}
+	return &e, nil
+}
+
+// SealAudit implements airlock.AuditStore. The writer's transaction is
+// exclusive, so sealers in several processes take turns.
+func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		var lastSeq int64
+		var lastHash string
+		err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash)
+		if err != nil && err != sql.ErrNoRows {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL ORDER BY id LIMIT ?`, limit)
+		if err != nil {
+			return err
+		}
+		var pending []*airlock.AuditEvent
+		for rows.Next() {
+			e, err := scanAudit(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			pending = append(pending, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, e := range pending {
+			lastSeq++
+			e.Seq = lastSeq
+			h := e.ChainHash(lastHash)
+			if _, err := tx.ExecContext(ctx, `UPDATE airlock_audit SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, e.Seq, lastHash, h, e.ID); err != nil {
+				return err
+			}
+			lastHash = h
+		}
+		n = len(pending)
+		return nil
+	})
+	return n, err
+}
+
+// AuditLog implements airlock.AuditStore.
+func (s *Store) AuditLog(ctx context.Context, after int64, limit int) ([]*airlock.AuditEvent, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq > ? ORDER BY seq LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.AuditEvent
+	for rows.Next() {
+		e, err := scanAudit(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// UnsealedAudit implements airlock.AuditStore.
+func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
+	var n int
+	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM airlock_audit WHERE seq IS NULL`).Scan(&n)
+	return n, err
+}

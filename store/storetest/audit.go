@@ -1,0 +1,83 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/audit"
+)
+
+// Exec runs raw SQL against a store's database, to tamper with the log.
+type Exec func(t testing.TB, s airlock.Store, query string)
+
+// RunAudit checks sealing, verification and tamper detection.
+func RunAudit(t *testing.T, newStore NewStore, exec Exec) {
+	ctx := context.Background()
+	fill := func(t *testing.T, s airlock.Store, n int) {
+		t.Helper()
+		var events []*airlock.AuditEvent
+		for i := range n {
+			events = append(events, &airlock.AuditEvent{
+				At: time.Now().UTC().Truncate(time.Microsecond), Kind: airlock.EventCompleted, RunID: "run-1",
+				Key: fmt.Sprintf("k%d", i), Tool: "approve_withdrawal", Args: json.RawMessage(`{"record_id":"WD-1"}`),
+				Result: json.RawMessage(`{"approved":true}`), Actor: "agent-1",
+			})
+		}
+		must(t, s.AppendAudit(ctx, events))
+		for {
+			k, err := s.SealAudit(ctx, 3) // several rounds: the chain continues across them
+			must(t, err)
+			if k == 0 {
+				break
+			}
+		}
+	}
+	t.Run("CleanLogVerifies", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		fill(t, s, 7)
+		must(t, s.AppendAudit(ctx, []*airlock.AuditEvent{{At: time.Now(), Kind: airlock.EventClaimed, Actor: "x"}}))
+		r, err := audit.Verify(ctx, s)
+		must(t, err)
+		if !r.OK || r.Events != 7 || r.Unsealed != 1 {
+			t.Fatalf("clean log: %+v", r)
+		}
+	})
+	for _, tc := range []struct {
+		name, kind string
+		seq        int64
+		sql        []string
+	}{
+		{"EditedResult", "edited", 3, []string{`UPDATE airlock_audit SET result = '{"approved":false}' WHERE seq = 3`}},
+		{"EditedActor", "edited", 5, []string{`UPDATE airlock_audit SET actor = 'someone-else' WHERE seq = 5`}},
+		{"DeletedEvent", "deleted", 2, []string{`DELETE FROM airlock_audit WHERE seq = 2`}},
+		{"SwappedEvents", "inserted_or_reordered", 2, []string{
+			`UPDATE airlock_audit SET seq = -1 WHERE seq = 2`,
+			`UPDATE airlock_audit SET seq = 2 WHERE seq = 3`,
+			`UPDATE airlock_audit SET seq = 3 WHERE seq = -1`,
+		}},
+		{"InsertedEvent", "", 4, []string{
+			`UPDATE airlock_audit SET seq = seq + 100 WHERE seq >= 4`,
+			`UPDATE airlock_audit SET seq = seq - 99 WHERE seq >= 100`,
+			`INSERT INTO airlock_audit (seq, at, kind, actor, prev_hash, hash) SELECT 4, at, 'completed', 'mallory', hash, 'x' FROM airlock_audit WHERE seq = 3`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			fill(t, s, 7)
+			for _, q := range tc.sql {
+				exec(t, s, q)
+			}
+			r, err := audit.Verify(ctx, s)
+			must(t, err)
+			if r.OK || r.Problem == nil || (tc.kind != "" && r.Problem.Kind != tc.kind) || r.Problem.Seq != tc.seq {
+				t.Fatalf("tampering not found as %s at %d: %+v %+v", tc.kind, tc.seq, r, r.Problem)
+			}
+		})
+	}
+}
