@@ -84,3 +84,64 @@ type AuditStore interface {
 	// UnsealedAudit counts events not sealed yet.
 	UnsealedAudit(ctx context.Context) (int, error)
 }
+
+type actorKey struct{}
+
+// WithActor names who acts (a token's name) for the audit log.
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+// ActorFrom returns the actor of ctx, or ActorSystem.
+func ActorFrom(ctx context.Context) string {
+	if a, ok := ctx.Value(actorKey{}).(string); ok && a != "" {
+		return a
+	}
+	return ActorSystem
+}
+
+// PlanEvents are the events of a new plan: planned, and decided when the
+// rule approved it automatically.
+func PlanEvents(p *Plan) []*AuditEvent {
+	planned := &AuditEvent{At: p.CreatedAt, Kind: EventPlanned, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Args: p.Args,
+		Result: p.Facts, Error: p.FactsError, Actor: ActorSystem, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
+	if p.Status != PlanApproved {
+		return []*AuditEvent{planned}
+	}
+	return []*AuditEvent{planned, DecisionEvent(p)}
+}
+
+// DecisionEvent records an approval or rejection, with who, why and on what.
+func DecisionEvent(p *Plan) *AuditEvent {
+	res, _ := json.Marshal(map[string]string{"status": string(p.Status), "reason": p.DecisionReason})
+	actor := p.DecidedBy
+	if actor == "" {
+		actor = ActorSystem
+	}
+	at := p.DecidedAt
+	if at.IsZero() {
+		at = p.UpdatedAt
+	}
+	return &AuditEvent{At: at, Kind: EventDecided, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Args: p.Args, Result: res,
+		Actor: actor, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
+}
+
+// StatusEvent records a plan's move to its current status (expired,
+// committing, committed, failed, in doubt).
+func StatusEvent(p *Plan, at time.Time) *AuditEvent {
+	kind := string(p.Status)
+	switch p.Status {
+	case PlanExpired:
+		kind = EventExpired
+	case PlanCommitting:
+		kind = EventCommitting
+	case PlanCommitted:
+		kind = EventCommitted
+	case PlanFailed:
+		kind = EventCommitError
+	case PlanInDoubt:
+		kind = EventInDoubt
+	}
+	return &AuditEvent{At: at, Kind: kind, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Result: p.Result, Error: p.Error,
+		Actor: ActorSystem, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
+}

@@ -338,7 +338,7 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 	claim := &Claim{
 		Key: p.key, Tool: tool.Name, RunID: p.runID, WindowID: p.windowID,
 		Args: p.canon, ArgsHash: hash, Owner: g.newOwner(), Now: start,
-		LeaseUntil: start.Add(g.lease), ExpiresAt: p.expiresAt,
+		LeaseUntil: start.Add(g.lease), ExpiresAt: p.expiresAt, Actor: ActorFrom(ctx),
 	}
 	var rec *Record
 	for attempt := 0; ; attempt++ {
@@ -429,7 +429,7 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 		}
 	}
 
-	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: out.Result}
+	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: out.Result, Actor: ActorFrom(ctx)}
 	switch out.Kind {
 	case OutcomeNotSent:
 		if err := g.retryStore(ctx, func(ctx context.Context) error { return g.store.Release(ctx, rec.Key, rec.Owner) }); err != nil {
@@ -679,7 +679,7 @@ func (g *Guard) Settle(ctx context.Context, key string, happened bool, result js
 	if happened && len(result) > 0 && !json.Valid(result) {
 		return nil, FieldErrorf(CodeInvalidArgument, "result", "the result must be valid JSON")
 	}
-	rec, err := g.store.Settle(ctx, &Settlement{Key: key, Happened: happened, Result: result, Note: note, Now: g.clock.Now()})
+	rec, err := g.store.Settle(ctx, &Settlement{Key: key, Happened: happened, Result: result, Note: note, Now: g.clock.Now(), Actor: ActorFrom(ctx)})
 	if err != nil {
 		return nil, err
 	}

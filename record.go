@@ -54,6 +54,7 @@ type Claim struct {
 	Now        time.Time
 	LeaseUntil time.Time
 	ExpiresAt  time.Time // zero: never purged
+	Actor      string    // who asked, for the audit log
 }
 
 // Completion ends a running record held by Owner.
@@ -64,6 +65,7 @@ type Completion struct {
 	Result json.RawMessage
 	Note   string
 	Now    time.Time
+	Actor  string // for the audit log
 }
 
 // Settlement decides an in_doubt record: it happened (with its result) or
@@ -74,6 +76,7 @@ type Settlement struct {
 	Result   json.RawMessage
 	Note     string // who decided and why
 	Now      time.Time
+	Actor    string // for the audit log
 }
 
 // Store keeps records. Uniqueness on Key is the database's unique index;

@@ -118,13 +118,20 @@ func dedupe[T any](ops []T, key func(T) string) (batch, rest []T) {
 
 // ORDER BY key: batches lock keys in one order, so two batches racing for
 // the same keys cannot deadlock.
-const claimBatchSQL = `INSERT INTO airlock_records (` + recordColumns + `)
-	SELECT k, t, r, w, 'running', a, h, NULL, '', o, l, 1, n, n, e
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-		$8::timestamptz[], $9::timestamptz[], $10::timestamptz[]) AS i(k, t, r, w, a, h, o, l, n, e)
-	ORDER BY k
-	ON CONFLICT (key) DO NOTHING
-	RETURNING key`
+// The claimed event goes into the audit log in the same statement.
+const claimBatchSQL = `WITH ins AS (
+		INSERT INTO airlock_records (` + recordColumns + `)
+		SELECT k, t, r, w, 'running', a, h, NULL, '', o, l, 1, n, n, e
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+			$8::timestamptz[], $9::timestamptz[], $10::timestamptz[]) AS i(k, t, r, w, a, h, o, l, n, e)
+		ORDER BY k
+		ON CONFLICT (key) DO NOTHING
+		RETURNING key, tool, run_id, args, created_at),
+	aud AS (
+		INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, actor)
+		SELECT ins.created_at, 'claimed', ins.run_id, ins.key, ins.tool, ins.args, x.actor
+		FROM ins JOIN unnest($1::text[], $11::text[]) AS x(k, actor) ON x.k = ins.key)
+	SELECT key FROM ins`
 
 func claimArgs(ops []*claimOp) []any {
 	n := len(ops)
@@ -132,13 +139,15 @@ func claimArgs(ops []*claimOp) []any {
 	args, hashes, owners := make([]string, n), make([]string, n), make([]string, n)
 	leases, nows := make([]time.Time, n), make([]time.Time, n)
 	expires := make([]*time.Time, n)
+	actors := make([]string, n)
 	for i, o := range ops {
 		c := o.c
+		actors[i] = actorOr(c.Actor)
 		keys[i], tools[i], runs[i], windows[i] = c.Key, c.Tool, c.RunID, c.WindowID
 		args[i], hashes[i], owners[i] = string(c.Args), c.ArgsHash, c.Owner
 		leases[i], nows[i], expires[i] = c.LeaseUntil, c.Now, nullTime(c.ExpiresAt)
 	}
-	return []any{keys, tools, runs, windows, args, hashes, owners, leases, nows, expires}
+	return []any{keys, tools, runs, windows, args, hashes, owners, leases, nows, expires, actors}
 }
 
 // readKeys collects the first column of every row.

@@ -66,6 +66,11 @@ func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock
 			return err
 		}
 		created = tag.RowsAffected() == 1
+		if created {
+			if err := appendAudit(ctx, tx, airlock.PlanEvents(p)...); err != nil {
+				return err
+			}
+		}
 		if created && p.Status == airlock.PlanApproved && enqueue != nil {
 			if err := enqueue(ctx, tx, p); err != nil {
 				return err
@@ -153,6 +158,9 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 			return err
 		}
 		cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
+		if err := appendAudit(ctx, tx, airlock.DecisionEvent(cur)); err != nil {
+			return err
+		}
 		if next == airlock.PlanApproved && enqueue != nil {
 			if err := enqueue(ctx, tx, cur); err != nil {
 				return err
@@ -169,12 +177,35 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 
 // ExpirePlans implements airlock.PlanStore.
 func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = $1
-		WHERE status = 'awaiting_approval' AND expires_at < $1`, now)
-	if err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected()), nil
+	n := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = $1
+			WHERE status = 'awaiting_approval' AND expires_at < $1 RETURNING `+planColumns, now)
+		if err != nil {
+			return err
+		}
+		var expired []*airlock.Plan
+		for rows.Next() {
+			p, err := scanPlan(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		n = len(expired)
+		for _, p := range expired {
+			if err := appendAudit(ctx, tx, airlock.StatusEvent(p, now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // SetPlanStatus implements airlock.PlanStore.
@@ -183,12 +214,20 @@ func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.Pla
 	for i, f := range from {
 		fromText[i] = string(f)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE airlock_plans SET status = $2, result = COALESCE($3, result), error = $4, updated_at = $5
-		WHERE id = $1 AND status = ANY($6)`, id, string(status), nullText(result), errText, now, fromText)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() == 1, nil
+	ok := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		p, err := scanPlan(tx.QueryRow(ctx, `UPDATE airlock_plans SET status = $2, result = COALESCE($3, result), error = $4, updated_at = $5
+			WHERE id = $1 AND status = ANY($6) RETURNING `+planColumns, id, string(status), nullText(result), errText, now, fromText))
+		if errors.Is(err, airlock.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ok = true
+		return appendAudit(ctx, tx, airlock.StatusEvent(p, now))
+	})
+	return ok, err
 }
 
 // GetPlanByKey implements airlock.PlanStore.

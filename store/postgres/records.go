@@ -90,10 +90,13 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 
 // claimOne inserts one claim; false when the key is taken.
 func (s *Store) claimOne(ctx context.Context, c *airlock.Claim) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO airlock_records (`+recordColumns+`)
-		VALUES ($1, $2, $3, $4, 'running', $5, $6, NULL, '', $7, $8, 1, $9, $9, $10)
-		ON CONFLICT (key) DO NOTHING`,
-		c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt))
+	tag, err := s.pool.Exec(ctx, `WITH ins AS (
+			INSERT INTO airlock_records (`+recordColumns+`)
+			VALUES ($1, $2, $3, $4, 'running', $5, $6, NULL, '', $7, $8, 1, $9, $9, $10)
+			ON CONFLICT (key) DO NOTHING RETURNING key)
+		INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, actor)
+		SELECT $9, 'claimed', $3, $1, $2, $5, $11 FROM ins`,
+		c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt), actorOr(c.Actor))
 	if err != nil {
 		return false, err
 	}
@@ -131,7 +134,9 @@ func (s *Store) Watch(ctx context.Context, key string) error {
 // Release implements airlock.Store.
 func (s *Store) Release(ctx context.Context, key, owner string) error {
 	return s.changeAndNotify(ctx, `WITH d AS (
-			DELETE FROM airlock_records WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key)
+			DELETE FROM airlock_records WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, tool, run_id),
+		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, error, actor)
+			SELECT now(), 'released', run_id, key, tool, 'the request was never sent; the key is free', 'system' FROM d)
 		SELECT pg_notify('`+channel+`', key) FROM d`, key, owner)
 }
 
@@ -197,7 +202,9 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error) {
 	err := s.changeAndNotify(ctx, `WITH u AS (
 			UPDATE airlock_records SET state = 'in_doubt', note = $2, owner = '', updated_at = $3
-			WHERE key = $1 AND state = 'running' AND lease_until < $3 RETURNING key)
+			WHERE key = $1 AND state = 'running' AND lease_until < $3 RETURNING key, tool, run_id),
+		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, error, actor)
+			SELECT $3, 'in_doubt', run_id, key, tool, $2, 'system' FROM u)
 		SELECT pg_notify('`+channel+`', key) FROM u`, key, note, now)
 	if err == airlock.ErrLeaseLost {
 		return false, nil
@@ -207,10 +214,13 @@ func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note
 
 // TakeOver implements airlock.Store.
 func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*airlock.Record, bool, error) {
-	rec, err := scanRecord(s.pool.QueryRow(ctx, `UPDATE airlock_records
-		SET owner = $2, lease_until = $3, attempts = attempts + 1, updated_at = $4
-		WHERE key = $1 AND state = 'running' AND lease_until < $4
-		RETURNING `+recordColumns, key, owner, leaseUntil, now))
+	rec, err := scanRecord(s.pool.QueryRow(ctx, `WITH u AS (
+			UPDATE airlock_records SET owner = $2, lease_until = $3, attempts = attempts + 1, updated_at = $4
+			WHERE key = $1 AND state = 'running' AND lease_until < $4
+			RETURNING `+recordColumns+`),
+		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, error, actor)
+			SELECT $4, 'redriven', run_id, key, tool, args, 'the lease expired; re-driven with the same key', 'system' FROM u)
+		SELECT `+recordColumns+` FROM u`, key, owner, leaseUntil, now))
 	if err == airlock.ErrNotFound {
 		return nil, false, nil
 	}
@@ -247,6 +257,10 @@ func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Re
 				return err
 			}
 		}
+		if err := appendAudit(ctx, tx, &airlock.AuditEvent{At: st.Now, Kind: airlock.EventSettled, RunID: cur.RunID, Key: st.Key,
+			Tool: cur.Tool, Result: st.Result, Error: settleNote(st), Actor: actorOr(st.Actor)}); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify('`+channel+`', $1)`, st.Key)
 		return err
 	})
@@ -277,9 +291,35 @@ func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, err
 // only when a waiter marked the record.
 const completeSQL = `WITH u AS (
 		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
-		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters)
+		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters, tool, run_id),
+	a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, result, error, actor)
+		SELECT $6, $7, run_id, key, tool, $4, $5, $8 FROM u)
 	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
 
 func completeArgs(c *airlock.Completion) []any {
-	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now}
+	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now, completionEvent(c.State), actorOr(c.Actor)}
+}
+
+func actorOr(a string) string {
+	if a == "" {
+		return airlock.ActorSystem
+	}
+	return a
+}
+
+func completionEvent(st airlock.State) string {
+	switch st {
+	case airlock.StateSucceeded:
+		return airlock.EventCompleted
+	case airlock.StateFailed:
+		return airlock.EventFailed
+	}
+	return airlock.EventInDoubt
+}
+
+func settleNote(st *airlock.Settlement) string {
+	if st.Happened {
+		return "settled: it happened. " + st.Note
+	}
+	return "settled: it did not happen; the key is free. " + st.Note
 }

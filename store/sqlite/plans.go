@@ -62,6 +62,11 @@ func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock
 		}
 		n, _ := res.RowsAffected()
 		created = n == 1
+		if created {
+			if err := appendAudit(ctx, tx, airlock.PlanEvents(p)...); err != nil {
+				return err
+			}
+		}
 		if created && p.Status == airlock.PlanApproved && enqueue != nil {
 			if err := enqueue(ctx, tx, p); err != nil {
 				return err
@@ -146,6 +151,9 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 			return err
 		}
 		cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
+		if err := appendAudit(ctx, tx, airlock.DecisionEvent(cur)); err != nil {
+			return err
+		}
 		if next == airlock.PlanApproved && enqueue != nil {
 			if err := enqueue(ctx, tx, cur); err != nil {
 				return err
@@ -164,12 +172,30 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
 	var n int64
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = ?
-			WHERE status = 'awaiting_approval' AND expires_at < ?`, micros(now), micros(now))
+		rows, err := tx.QueryContext(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = ?
+			WHERE status = 'awaiting_approval' AND expires_at < ? RETURNING `+planColumns, micros(now), micros(now))
 		if err != nil {
 			return err
 		}
-		n, _ = res.RowsAffected()
+		var expired []*airlock.Plan
+		for rows.Next() {
+			p, err := scanPlan(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		n = int64(len(expired))
+		for _, p := range expired {
+			if err := appendAudit(ctx, tx, airlock.StatusEvent(p, now)); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	return int(n), err
@@ -180,17 +206,20 @@ func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.Pla
 	var n int64
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
 		q := `UPDATE airlock_plans SET status = ?, result = COALESCE(?, result), error = ?, updated_at = ? WHERE id = ? AND status IN (` +
-			strings.TrimSuffix(strings.Repeat("?,", len(from)), ",") + `)`
+			strings.TrimSuffix(strings.Repeat("?,", len(from)), ",") + `) RETURNING ` + planColumns
 		args := []any{string(status), nullText(result), errText, micros(now), id}
 		for _, f := range from {
 			args = append(args, string(f))
 		}
-		res, err := tx.ExecContext(ctx, q, args...)
+		p, err := scanPlan(tx.QueryRowContext(ctx, q, args...))
+		if errors.Is(err, airlock.ErrNotFound) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		n, _ = res.RowsAffected()
-		return nil
+		n = 1
+		return appendAudit(ctx, tx, airlock.StatusEvent(p, now))
 	})
 	return n == 1, err
 }

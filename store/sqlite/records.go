@@ -95,6 +95,10 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 		}
 		if n == 1 {
 			claimed = true
+			if err := appendAudit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.EventClaimed, RunID: c.RunID, Key: c.Key,
+				Tool: c.Tool, Args: c.Args, Actor: actorOr(c.Actor)}); err != nil {
+				return err
+			}
 			rec = &airlock.Record{
 				Key: c.Key, Tool: c.Tool, RunID: c.RunID, WindowID: c.WindowID, State: airlock.StateRunning,
 				Args: c.Args, ArgsHash: c.ArgsHash, Owner: c.Owner, LeaseUntil: c.LeaseUntil, Attempts: 1,
@@ -115,15 +119,20 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 	lost := false
 	err := s.do(ctx, c.Key, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE airlock_records
+		var tool, run string
+		err := tx.QueryRowContext(ctx, `UPDATE airlock_records
 			SET state = ?, result = ?, note = ?, owner = '', updated_at = ?
-			WHERE key = ? AND owner = ? AND state = 'running'`,
-			string(c.State), nullText(c.Result), c.Note, micros(c.Now), c.Key, c.Owner)
+			WHERE key = ? AND owner = ? AND state = 'running' RETURNING tool, run_id`,
+			string(c.State), nullText(c.Result), c.Note, micros(c.Now), c.Key, c.Owner).Scan(&tool, &run)
+		if errors.Is(err, sql.ErrNoRows) {
+			lost = true
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		lost = rowsAffected(res) == 0
-		return nil
+		return appendAudit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: completionEvent(c.State), RunID: run, Key: c.Key,
+			Tool: tool, Result: c.Result, Error: c.Note, Actor: actorOr(c.Actor)})
 	})
 	if err == nil && lost {
 		return airlock.ErrLeaseLost
@@ -135,12 +144,17 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 func (s *Store) Release(ctx context.Context, key, owner string) error {
 	lost := false
 	err := s.do(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND owner = ? AND state = 'running'`, key, owner)
+		var tool, run string
+		err := tx.QueryRowContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND owner = ? AND state = 'running' RETURNING tool, run_id`, key, owner).Scan(&tool, &run)
+		if errors.Is(err, sql.ErrNoRows) {
+			lost = true
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		lost = rowsAffected(res) == 0
-		return nil
+		return appendAudit(ctx, tx, &airlock.AuditEvent{At: time.Now(), Kind: airlock.EventReleased, RunID: run, Key: key, Tool: tool,
+			Error: "the request was never sent; the key is free", Actor: airlock.ActorSystem})
 	})
 	if err == nil && lost {
 		return airlock.ErrLeaseLost
@@ -194,13 +208,17 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error) {
 	var ok bool
 	err := s.do(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE airlock_records SET state = 'in_doubt', note = ?, owner = '', updated_at = ?
-			WHERE key = ? AND state = 'running' AND lease_until < ?`, note, micros(now), key, micros(now))
+		var tool, run string
+		err := tx.QueryRowContext(ctx, `UPDATE airlock_records SET state = 'in_doubt', note = ?, owner = '', updated_at = ?
+			WHERE key = ? AND state = 'running' AND lease_until < ? RETURNING tool, run_id`, note, micros(now), key, micros(now)).Scan(&tool, &run)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		ok = rowsAffected(res) == 1
-		return nil
+		ok = true
+		return appendAudit(ctx, tx, &airlock.AuditEvent{At: now, Kind: airlock.EventInDoubt, RunID: run, Key: key, Tool: tool, Error: note, Actor: airlock.ActorSystem})
 	})
 	return ok, err
 }
@@ -216,8 +234,12 @@ func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil
 		if errors.Is(err, airlock.ErrNotFound) {
 			return nil
 		}
+		if err != nil {
+			return err
+		}
 		rec = r
-		return err
+		return appendAudit(ctx, tx, &airlock.AuditEvent{At: now, Kind: airlock.EventRedriven, RunID: r.RunID, Key: key, Tool: r.Tool,
+			Args: r.Args, Error: "the lease expired; re-driven with the same key", Actor: airlock.ActorSystem})
 	})
 	return rec, rec != nil, err
 }
@@ -241,15 +263,22 @@ func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Re
 			fail = airlock.Errorf(airlock.CodeConflict, "record %s is %s, not in_doubt; only in-doubt records are settled", st.Key, cur.State)
 			return nil
 		}
+		ev := &airlock.AuditEvent{At: st.Now, Kind: airlock.EventSettled, RunID: cur.RunID, Key: st.Key, Tool: cur.Tool,
+			Result: st.Result, Error: settleNote(st), Actor: actorOr(st.Actor)}
 		if !st.Happened {
-			_, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND state = 'in_doubt'`, st.Key)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND state = 'in_doubt'`, st.Key); err != nil {
+				return err
+			}
 			cur.State, cur.Note = airlock.StateReleased, st.Note
 			rec = cur
-			return err
+			return appendAudit(ctx, tx, ev)
 		}
 		rec, err = scanRecord(tx.QueryRowContext(ctx, `UPDATE airlock_records SET state = 'succeeded', result = ?, note = ?, updated_at = ?
 			WHERE key = ? AND state = 'in_doubt' RETURNING `+recordColumns, nullText(st.Result), st.Note, micros(st.Now), st.Key))
-		return err
+		if err != nil {
+			return err
+		}
+		return appendAudit(ctx, tx, ev)
 	})
 	if err != nil {
 		return nil, err
@@ -297,4 +326,28 @@ func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, err
 	var n int
 	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM airlock_records WHERE run_id = ? AND tool = ?`, runID, tool).Scan(&n)
 	return n, err
+}
+
+func actorOr(a string) string {
+	if a == "" {
+		return airlock.ActorSystem
+	}
+	return a
+}
+
+func completionEvent(st airlock.State) string {
+	switch st {
+	case airlock.StateSucceeded:
+		return airlock.EventCompleted
+	case airlock.StateFailed:
+		return airlock.EventFailed
+	}
+	return airlock.EventInDoubt
+}
+
+func settleNote(st *airlock.Settlement) string {
+	if st.Happened {
+		return "settled: it happened. " + st.Note
+	}
+	return "settled: it did not happen; the key is free. " + st.Note
 }

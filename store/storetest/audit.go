@@ -81,3 +81,46 @@ func RunAudit(t *testing.T, newStore NewStore, exec Exec) {
 		})
 	}
 }
+
+// RunAuditEvents checks that state changes write their events.
+func RunAuditEvents(t *testing.T, newStore NewStore) {
+	t.Run("ChangesWriteTheirEvents", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		g := airlock.NewGuard(s, nil)
+		defer g.Close()
+		ctx := airlock.WithActor(context.Background(), "agent-1")
+		tool := Tool("approve", "forever")
+		var c counter
+		args := `{"record_id":"` + Key("WD") + `"}`
+		a, err := g.Do(ctx, call(tool, args, "run-9"), c.fn)
+		must(t, err)
+		_, err = g.Do(ctx, call(tool, args, "run-9"), c.fn) // a repeat changes nothing
+		must(t, err)
+		for {
+			n, err := s.SealAudit(context.Background(), 100)
+			must(t, err)
+			if n == 0 {
+				break
+			}
+		}
+		events, err := s.AuditLog(context.Background(), 0, 100)
+		must(t, err)
+		var kinds []string
+		for _, e := range events {
+			if e.Key != a.Key {
+				continue
+			}
+			kinds = append(kinds, e.Kind)
+			if e.Actor != "agent-1" || e.RunID != "run-9" || e.Tool != tool.Name {
+				t.Fatalf("event without its fields: %+v", e)
+			}
+			if e.Kind == airlock.EventClaimed && len(e.Args) == 0 || e.Kind == airlock.EventCompleted && string(e.Result) != string(a.Result) {
+				t.Fatalf("event without arguments or result: %+v", e)
+			}
+		}
+		if fmt.Sprint(kinds) != "[claimed completed]" {
+			t.Fatalf("events %v, want [claimed completed]", kinds)
+		}
+	})
+}

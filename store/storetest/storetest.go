@@ -26,6 +26,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Guard", func(t *testing.T) { t.Parallel(); runGuard(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); runConcurrency(t, newStore) })
 	t.Run("Plans", func(t *testing.T) { t.Parallel(); runPlans(t, newStore) })
+	t.Run("AuditEvents", func(t *testing.T) { t.Parallel(); RunAuditEvents(t, newStore) })
 }
 
 var keySeq atomic.Int64
