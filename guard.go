@@ -132,6 +132,7 @@ type Guard struct {
 	backoff  time.Duration
 	redrive  Redriver
 	observer Observer
+	events   *eventBuffer
 	log      *slog.Logger
 	cache    *recordCache
 	hub      *hub
@@ -191,6 +192,7 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 	_, _ = rand.Read(b[:])
 	g.ownerPrefix = hex.EncodeToString(b[:])
 	g.unsub = store.Subscribe(g.hub.notify)
+	g.events = newEventBuffer(store, g.log)
 	return g
 }
 
@@ -199,6 +201,7 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 func (g *Guard) Close() {
 	g.inflight.Wait()
 	g.unsub()
+	g.events.close()
 }
 
 // Wait waits for the side effects this guard started to finish.
@@ -302,7 +305,7 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 		prev, err := g.get(ctx, p.previous)
 		switch {
 		case err == nil && prev.RunID == p.runID:
-			if a, err := g.answerExisting(ctx, tool, prev, args, hash, deadline); !errors.Is(err, errReleased) {
+			if a, err := g.answerExisting(ctx, tool, prev, args, hash, deadline, p.runID); !errors.Is(err, errReleased) {
 				return a, err
 			}
 		case err != nil && !errors.Is(err, ErrNotFound):
@@ -310,14 +313,14 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 		}
 	}
 	if rec := g.cache.get(p.key); rec != nil {
-		return g.answerExisting(ctx, tool, rec, args, hash, deadline)
+		return g.answerExisting(ctx, tool, rec, args, hash, deadline, p.runID)
 	}
 	if tool.MaxCallsPerRun > 0 && p.runID != "" {
 		// A repeat is never refused: look for the record first.
 		rec, err := g.get(ctx, p.key)
 		switch {
 		case err == nil:
-			if a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline); !errors.Is(err, errReleased) {
+			if a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline, p.runID); !errors.Is(err, errReleased) {
 				return a, err
 			}
 		case !errors.Is(err, ErrNotFound):
@@ -328,6 +331,8 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 			return nil, storeErr("count", err)
 		}
 		if n >= tool.MaxCallsPerRun {
+			g.emit(&AuditEvent{At: g.clock.Now(), Kind: EventBudget, RunID: p.runID, Key: p.key, Tool: tool.Name, Args: p.canon,
+				Error: fmt.Sprintf("max_calls_per_run %d reached", tool.MaxCallsPerRun), Actor: ActorFrom(ctx)})
 			return nil, &Error{Code: CodeBudgetExceeded, Field: "run_id", Message: fmt.Sprintf(
 				"this run has already made %d calls of %s, its limit (max_calls_per_run); this call was refused and nothing was executed. Stop and report to a person instead of retrying",
 				n, tool.Name)}
@@ -351,7 +356,7 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 		if claimed {
 			break
 		}
-		a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline)
+		a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline, p.runID)
 		// The first call released its claim (its request was never sent):
 		// this call may do the work.
 		if errors.Is(err, errReleased) && attempt < 3 {
@@ -532,7 +537,8 @@ func (g *Guard) heartbeat(key, owner string) (stop func()) {
 }
 
 // answerExisting answers a call whose key already has a record.
-func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, args map[string]any, hash string, deadline time.Time) (*Answer, error) {
+func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, args map[string]any, hash string, deadline time.Time, run string) (a *Answer, err error) {
+	defer func() { g.auditAnswer(ctx, tool, rec, args, run, a, err) }()
 	var conflict *Conflict
 	if rec.ArgsHash != hash {
 		first, _ := ParseArgs(rec.Args)
@@ -558,7 +564,7 @@ func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, arg
 			return nil, err
 		}
 	}
-	a := answerFor(rec, true)
+	a = answerFor(rec, true)
 	a.Conflict = conflict
 	return a, nil
 }

@@ -92,6 +92,7 @@ func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
 			writeError(w, g.log, airlock.Errorf(airlock.CodeForbidden, "a token with role %s may not do this; it needs %s", p.Role, strings.Join(roles, " or ")))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		ctx := airlock.WithActor(context.WithValue(r.Context(), principalKey{}, p), p.Name)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -95,6 +96,12 @@ func describeForModel(t *airlock.Tool) string {
 
 func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Extra != nil && req.Extra.Header != nil {
+			// The HTTP layer authenticated this request; name the actor.
+			if p, err := g.authenticate(&http.Request{Header: req.Extra.Header}); err == nil {
+				ctx = airlock.WithActor(ctx, p.Name)
+			}
+		}
 		run := runFromMeta(req.Params.Meta)
 		if run == "" && req.Extra != nil && req.Extra.Header != nil {
 			run = req.Extra.Header.Get(RunHeader)

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/internal/testdb"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/store/sqlite"
 )
 
 type ran struct {
@@ -214,5 +218,47 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+func TestAuditVerifyAndExport(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "a.db")
+	dsn := "sqlite:" + path
+	if r := runCLI(t, "migrate", "--db", dsn); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	s, err := sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := manifest.Example()
+	g := airlock.NewGuard(s, nil)
+	ctx := airlock.WithActor(context.Background(), "agent-7")
+	for i := range 3 {
+		args := fmt.Sprintf(`{"record_id":"WD-%d","text":"checked"}`, i)
+		if _, err := g.Do(ctx, &airlock.Call{Tool: m.Tool("add_note"), Args: json.RawMessage(args), RunID: "run-a"}, func(context.Context, string) airlock.Outcome {
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Close()
+	r := runCLI(t, "audit", "verify", "--db", dsn)
+	if r.code != 0 || !strings.Contains(r.stdout, "ok: 6 events chained") {
+		t.Fatalf("verify: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "audit", "export", "--db", dsn)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 6 || !strings.Contains(lines[0], `"actor":"agent-7"`) || !strings.Contains(lines[1], `"kind":"completed"`) {
+		t.Fatalf("export: %d\n%s", r.code, r.stdout)
+	}
+	if _, err := s.DB().Exec(`UPDATE airlock_audit SET result = '{"ok":false}' WHERE seq = 4`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	r = runCLI(t, "audit", "verify", "--db", dsn)
+	if r.code != 1 || !strings.Contains(r.stdout, "BROKEN at event 4") || !strings.Contains(r.stdout, "edited") {
+		t.Fatalf("tampered: %d %s", r.code, r.stdout)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/examples/withdrawals/payments"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/metrics"
@@ -293,6 +294,7 @@ func cmdServe(e *env, args []string) int {
 	}
 	go a.guard.RunReaper(reaperCtx, reapEvery)
 	go a.gateway.RunExpiry(reaperCtx, 10*time.Second)
+	go audit.RunSealer(reaperCtx, a.store, time.Second, log)
 	if err := a.queue.Start(reaperCtx); err != nil {
 		return fail(e, "starting the commit queue: %v", err)
 	}
