@@ -83,6 +83,9 @@ type AuditStore interface {
 	AuditLog(ctx context.Context, after int64, limit int) ([]*AuditEvent, error)
 	// UnsealedAudit counts events not sealed yet.
 	UnsealedAudit(ctx context.Context) (int, error)
+	// AuditSince returns events (sealed or not) at or after since, in the
+	// order they were written, up to limit.
+	AuditSince(ctx context.Context, since time.Time, limit int) ([]*AuditEvent, error)
 }
 
 type actorKey struct{}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/metrics"
 )
 
 var (
@@ -29,6 +30,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("GET /v1/tools", g.require(readers, http.HandlerFunc(g.handleTools)))
 	mux.Handle("GET /v1/records/{key}", g.require(readers, http.HandlerFunc(g.handleRecord)))
 	mux.Handle("POST /v1/records/{key}/settle", g.require(adminOnly, http.HandlerFunc(g.handleSettle)))
+	mux.Handle("GET /v1/report", g.require(readers, http.HandlerFunc(g.handleReport)))
 	if g.gather != nil {
 		mux.Handle("GET /metrics", g.require(adminOnly, promhttp.HandlerFor(g.gather, promhttp.HandlerOpts{})))
 	}
@@ -134,4 +136,22 @@ func (g *Gateway) handleSettle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rec)
+}
+
+func (g *Gateway) handleReport(w http.ResponseWriter, r *http.Request) {
+	period := 24 * time.Hour
+	if v := r.URL.Query().Get("since"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "since", "%q is not a period: want a duration such as 24h", v))
+			return
+		}
+		period = d
+	}
+	rep, err := metrics.Compute(r.Context(), g.store, g.m, period, time.Now())
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
 }

@@ -149,3 +149,82 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		t.Errorf("no duration observed")
 	}
 }
+
+func TestReportFromTheStore(t *testing.T) {
+	t.Parallel()
+	m, _ := manifest.Parse([]byte(testManifest), "test.yaml")
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_ = s.Migrate(context.Background())
+	guard := airlock.NewGuard(s, nil)
+	svc := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
+		if req.Tool.Name == "lookup" {
+			if strings.Contains(string(req.Args), "BIG") {
+				return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"amount":5000}`)}
+			}
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"amount":5}`)}
+		}
+		if strings.Contains(string(req.Args), "SLOW") {
+			<-ctx.Done()
+			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: ctx.Err()}
+		}
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
+	})
+	plans, _ := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: func(*airlock.Tool) (upstream.Caller, bool) { return svc, true }})
+	gw, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: s, Upstreams: map[string]upstream.Caller{"svc": svc}, Plans: plans})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := airlock.WithActor(context.Background(), "agent-1")
+	call := func(tool, record, run string) {
+		_, _ = gw.Call(ctx, &gateway.CallRequest{Tool: tool, Args: json.RawMessage(`{"record_id":"` + record + `"}`), RunID: run})
+	}
+	call("note", "A", "r1")
+	call("note", "A", "r1")
+	call("note", "A", "r1")
+	call("note", "B", "r1")
+	call("note", "SLOW", "r1")
+	call("note", "C", "r1") // refused by the budget
+	call("note", "SLOW", "r2")
+	call("plan_pay", "S1", "r1")
+	call("plan_pay", "BIG1", "r1")
+	guard.Close() // flush the buffered events
+
+	r, err := metrics.Compute(context.Background(), s, m, 24*time.Hour, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var note, pay metrics.ToolReport
+	for _, tr := range r.Tools {
+		switch tr.Tool {
+		case "note":
+			note = tr
+		case "pay":
+			pay = tr
+		}
+	}
+	if note.Calls != 3 || note.Repeats != 3 || note.Timeouts != 1 || note.CallsPerRunMax != 3 || note.DurationP99s < 0.09 {
+		t.Errorf("note: %+v", note)
+	}
+	if pay.Plans != 2 || pay.AutoApprovals != 1 || pay.AutoRate != 0.5 || pay.QueueDepth != 1 {
+		t.Errorf("pay: %+v", pay)
+	}
+	if r.AuditCompleteness != 1 {
+		t.Errorf("completeness %v", r.AuditCompleteness)
+	}
+	figures := map[string]bool{}
+	for _, w := range r.Warnings {
+		figures[w.Tool+"/"+w.Figure] = true
+	}
+	if !figures["note/duration_p99"] || !figures["note/calls_per_run"] || figures["note/repeats"] {
+		t.Errorf("warnings: %+v", r.Warnings)
+	}
+	var b strings.Builder
+	r.WriteText(&b)
+	if !strings.Contains(b.String(), "audit completeness: 100.0%") {
+		t.Errorf("text:\n%s", b.String())
+	}
+}

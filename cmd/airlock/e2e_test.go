@@ -232,6 +232,9 @@ func TestE2EAuthMatrix(t *testing.T) {
 		{"agent cannot read metrics", "GET", "/metrics", agentToken, "", 403},
 		{"approver cannot read metrics", "GET", "/metrics", approverToken, "", 403},
 		{"admin reads metrics", "GET", "/metrics", adminToken, "", 200},
+		{"agent cannot read the report", "GET", "/v1/report", agentToken, "", 403},
+		{"approver reads the report", "GET", "/v1/report?since=1h", approverToken, "", 200},
+		{"bad report period", "GET", "/v1/report?since=soon", approverToken, "", 400},
 		{"health needs no token", "GET", "/healthz", "", "", 200},
 		{"readiness needs no token", "GET", "/readyz", "", "", 200},
 	} {

@@ -50,6 +50,7 @@ func commands() []command {
 		{"tools", "tools check (the CI lint) | tools list --format md|json", cmdTools},
 		{"plans", "plans list|show|approve|reject, against --url (a server) or --db", cmdPlans},
 		{"audit", "audit verify|export: check the hash chain, or write the log as JSON lines", cmdAudit},
+		{"report", "the figures that show the protection works (--since 24h, --format text|json)", cmdReport},
 		{"policy", "policy test: run the approval rules' test files", cmdPolicy},
 		{"demo", "replay the overnight withdrawals incident, without and with airlock", cmdDemo},
 		{"bench", "measure new calls, repeats and races against a plain baseline", cmdBench},

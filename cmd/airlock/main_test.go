@@ -248,6 +248,10 @@ func TestAuditVerifyAndExport(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "ok: 6 events chained") {
 		t.Fatalf("verify: %d %s %s", r.code, r.stdout, r.stderr)
 	}
+	r = runCLI(t, "report", "--db", dsn, "--format", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"audit_completeness": 1`) || !strings.Contains(r.stdout, `"side_effecting_calls": 3`) {
+		t.Fatalf("report: %d %s %s", r.code, r.stdout, r.stderr)
+	}
 	r = runCLI(t, "audit", "export", "--db", dsn)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if r.code != 0 || len(lines) != 6 || !strings.Contains(lines[0], `"actor":"agent-7"`) || !strings.Contains(lines[1], `"kind":"completed"`) {

@@ -141,3 +141,21 @@ func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
 	err := s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM airlock_audit WHERE seq IS NULL`).Scan(&n)
 	return n, err
 }
+
+// AuditSince implements airlock.AuditStore.
+func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE at >= $1 ORDER BY id LIMIT $2`, since, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.AuditEvent
+	for rows.Next() {
+		e, err := scanAudit(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

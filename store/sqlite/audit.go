@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"time"
 
 	"github.com/airlockhq/airlock"
 )
@@ -120,4 +121,22 @@ func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
 	var n int
 	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM airlock_audit WHERE seq IS NULL`).Scan(&n)
 	return n, err
+}
+
+// AuditSince implements airlock.AuditStore.
+func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE at >= ? ORDER BY id LIMIT ?`, micros(since), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.AuditEvent
+	for rows.Next() {
+		e, err := scanAudit(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }

@@ -1,0 +1,61 @@
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/metrics"
+	"github.com/airlockhq/airlock/store/sqlite"
+)
+
+func TestWarningsFireWhenTheyShould(t *testing.T) {
+	t.Parallel()
+	m, err := manifest.Example()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	_ = s.Migrate(ctx)
+	now := time.Now()
+	ev := func(kind, key string, args, result string) *airlock.AuditEvent {
+		e := &airlock.AuditEvent{At: now, Kind: kind, RunID: "r1", Key: key, Tool: "add_note", Actor: "a"}
+		if args != "" {
+			e.Args = json.RawMessage(args)
+		}
+		if result != "" {
+			e.Result = json.RawMessage(result)
+		}
+		return e
+	}
+	// Two calls, no repeats; the second call's claim lacks its arguments.
+	if err := s.AppendAudit(ctx, []*airlock.AuditEvent{
+		ev(airlock.EventClaimed, "k1", `{"record_id":"WD-1"}`, ""), ev(airlock.EventCompleted, "k1", "", `{"ok":true}`),
+		ev(airlock.EventClaimed, "k2", "", ""), ev(airlock.EventCompleted, "k2", "", `{"ok":true}`),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := metrics.Compute(ctx, s, m, time.Hour, now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, w := range r.Warnings {
+		got[w.Tool+"/"+w.Figure] = w.Level
+	}
+	if got["add_note/repeats"] != "warning" {
+		t.Errorf("zero repeats: no warning in %+v", r.Warnings)
+	}
+	if got["/audit_completeness"] != "error" || r.AuditCompleteness != 0.5 {
+		t.Errorf("completeness %v, warnings %+v", r.AuditCompleteness, r.Warnings)
+	}
+}
