@@ -33,8 +33,8 @@ type Report struct {
 type ToolReport struct {
 	Tool            string  `json:"tool"`
 	Kind            string  `json:"kind"`
-	Calls           int     `json:"calls"`           // new side-effecting calls (claims)
-	Repeats         int     `json:"repeats"`         // repeats served from the first result
+	Calls           int     `json:"calls"`   // new side-effecting calls (claims)
+	Repeats         int     `json:"repeats"` // repeats served from the first result
 	CallsPerRunP50  float64 `json:"calls_per_run_p50"`
 	CallsPerRunMax  int     `json:"calls_per_run_max"`
 	MaxCallsPerRun  int     `json:"max_calls_per_run,omitempty"`
@@ -84,8 +84,8 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 	r := &Report{Since: since, Until: now}
 	type acc struct {
 		claims, repeats, timeouts, plans, auto, prevPlans, prevAuto int
-		runs                                                       map[string]int
-		durations, waits                                           []float64
+		runs                                                        map[string]int
+		durations, waits                                            []float64
 	}
 	by := map[string]*acc{}
 	get := func(tool string) *acc {
