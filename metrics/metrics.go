@@ -23,6 +23,7 @@ type Metrics struct {
 	InDoubt         *prometheus.CounterVec   // airlock_in_doubt_total{tool}
 	Plans           *prometheus.CounterVec   // airlock_plans_total{tool,decision}
 	ApprovalWait    *prometheus.HistogramVec // airlock_approval_wait_seconds{tool}
+	ToolTimeout     *prometheus.GaugeVec     // airlock_tool_timeout_seconds{tool}: the configured limit
 	queueDepth      *prometheus.Desc
 	queue           func(ctx context.Context) (map[string]int, error)
 	sideEffectCalls *prometheus.HistogramVec // airlock_side_effect_calls_per_run
@@ -71,10 +72,13 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 			Name: "airlock_side_effect_calls_per_run", Help: "Side-effecting calls a run had made, observed at each new one.",
 			Buckets: []float64{1, 2, 3, 5, 10, 20, 50, 100},
 		}, []string{"tool"}),
+		ToolTimeout: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "airlock_tool_timeout_seconds", Help: "Each side-effecting tool's configured timeout, to compare durations against.",
+		}, []string{"tool"}),
 		queueDepth: prometheus.NewDesc("airlock_approval_queue_depth", "Plans waiting for a person.", []string{"tool"}, nil),
 		queue:      cfg.QueueDepth,
 	}
-	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait, m.sideEffectCalls, queueCollector{m}} {
+	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait, m.sideEffectCalls, m.ToolTimeout, queueCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -148,4 +152,13 @@ func (m *Metrics) Planned(tool, decision string) { m.Plans.WithLabelValues(tool,
 // Decided records a person's decision after a wait.
 func (m *Metrics) Decided(tool string, waited time.Duration) {
 	m.ApprovalWait.WithLabelValues(tool).Observe(waited.Seconds())
+}
+
+// SetTimeouts publishes each side-effecting tool's timeout.
+func (m *Metrics) SetTimeouts(man *airlock.Manifest) {
+	for _, t := range man.Tools {
+		if t.Kind.SideEffecting() {
+			m.ToolTimeout.WithLabelValues(t.Name).Set(t.TimeoutOr().Seconds())
+		}
+	}
 }

@@ -130,6 +130,7 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 		a.Close()
 		return nil, err
 	}
+	met.SetTimeouts(m)
 	a.guard = airlock.NewGuard(s, &airlock.GuardConfig{Redrive: redrive, Logger: log, Lease: tune.lease, Observer: met})
 	a.closers = append(a.closers, func() error { a.guard.Close(); return nil })
 	callers := func(t *airlock.Tool) (upstream.Caller, bool) {
