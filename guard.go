@@ -762,3 +762,7 @@ func (g *Guard) RunReaper(ctx context.Context, every time.Duration) {
 		}
 	}
 }
+
+// AuditDropped counts buffered audit events (repeats, conflicts, in-progress
+// answers, budget refusals) that could not be written.
+func (g *Guard) AuditDropped() int64 { return g.events.Dropped.Load() }

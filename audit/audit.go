@@ -105,13 +105,17 @@ func Export(ctx context.Context, s airlock.AuditStore, since time.Time, w io.Wri
 	}
 }
 
-// RunSealer seals new events every interval until ctx ends.
-func RunSealer(ctx context.Context, s airlock.AuditStore, every time.Duration, log *slog.Logger) {
+// RunSealer seals new events every interval until ctx ends; sealed, when
+// set, is told how many events each round sealed.
+func RunSealer(ctx context.Context, s airlock.AuditStore, every time.Duration, log *slog.Logger, sealed func(int)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		for {
 			n, err := s.SealAudit(ctx, page)
+			if err == nil && sealed != nil && n > 0 {
+				sealed(n)
+			}
 			if err != nil {
 				if ctx.Err() == nil && log != nil {
 					log.Warn("airlock: sealing the audit log", "err", err)

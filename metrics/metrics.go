@@ -24,6 +24,7 @@ type Metrics struct {
 	Plans           *prometheus.CounterVec   // airlock_plans_total{tool,decision}
 	ApprovalWait    *prometheus.HistogramVec // airlock_approval_wait_seconds{tool}
 	ToolTimeout     *prometheus.GaugeVec     // airlock_tool_timeout_seconds{tool}: the configured limit
+	AuditEvents     prometheus.Counter       // airlock_audit_events_total: events sealed into the chain
 	queueDepth      *prometheus.Desc
 	queue           func(ctx context.Context) (map[string]int, error)
 	sideEffectCalls *prometheus.HistogramVec // airlock_side_effect_calls_per_run
@@ -31,6 +32,9 @@ type Metrics struct {
 
 // Config configures New. A nil *Config means all defaults.
 type Config struct {
+	// AuditDropped, when set, is read at each scrape for
+	// airlock_audit_incomplete_total: audit events that could not be written.
+	AuditDropped func() int64
 	// QueueDepth, when set, is read at each scrape for
 	// airlock_approval_queue_depth{tool}: plans waiting for a person.
 	QueueDepth func(ctx context.Context) (map[string]int, error)
@@ -75,11 +79,22 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		ToolTimeout: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "airlock_tool_timeout_seconds", Help: "Each side-effecting tool's configured timeout, to compare durations against.",
 		}, []string{"tool"}),
+		AuditEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_audit_events_total", Help: "Audit events sealed into the hash chain by this process.",
+		}),
 		queueDepth: prometheus.NewDesc("airlock_approval_queue_depth", "Plans waiting for a person.", []string{"tool"}, nil),
 		queue:      cfg.QueueDepth,
 	}
-	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait, m.sideEffectCalls, m.ToolTimeout, queueCollector{m}} {
+	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait, m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, queueCollector{m}} {
 		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.AuditDropped != nil {
+		dropped := cfg.AuditDropped
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "airlock_audit_incomplete_total", Help: "Audit events that could not be written (the log misses them).",
+		}, func() float64 { return float64(dropped()) })); err != nil {
 			return nil, err
 		}
 	}

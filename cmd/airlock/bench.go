@@ -3,13 +3,18 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"runtime/pprof"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/internal/bench"
+	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/store"
 )
 
@@ -25,6 +30,7 @@ func cmdBench(e *env, args []string) int {
 	fs.StringVar(&cfg.Impl, "impl", "airlock", "airlock, or baseline: a plain claim-insert / update-result loop over the same driver")
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each side effect takes (default 0; race: 5ms)")
 	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http or mcp (http and mcp also measure direct and core in the same run)")
+	compareAudit := fs.Bool("compare-audit", false, "also run the workload without audit events and metrics, and report the cost of having them")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -56,6 +62,9 @@ func cmdBench(e *env, args []string) int {
 
 	if *through != "" {
 		return benchThrough(e, s, cfg, *through)
+	}
+	if *compareAudit {
+		return benchCompareAudit(e, s, *db, cfg)
 	}
 	var caller bench.Caller
 	if cfg.Impl == "baseline" {
@@ -133,6 +142,55 @@ func benchThrough(e *env, s airlock.Store, cfg bench.Config, path string) int {
 		return fail(e, "%v", err)
 	}
 	if !res.OK {
+		return 1
+	}
+	return 0
+}
+
+// benchCompareAudit runs the workload twice in one process: without the
+// audit events of claims and completions and without metrics, then with
+// both (as a server runs), on fresh keys each time.
+func benchCompareAudit(e *env, on airlock.Store, dsn string, cfg bench.Config) int {
+	off, err := store.OpenWith(e.ctx, dsn, store.Options{NoAudit: true})
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer off.Close()
+	space := cfg.KeySpace
+	if space == "" {
+		space = fmt.Sprintf("cmp-%d", time.Now().UnixNano())
+	}
+	run := func(s airlock.Store, observer airlock.Observer, suffix string) bench.Result {
+		g := airlock.NewGuard(s, &airlock.GuardConfig{Observer: observer})
+		defer g.Close()
+		c := cfg
+		c.KeySpace = space + suffix
+		return bench.Run(e.ctx, &bench.GuardCaller{Guard: g, Tool: bench.BenchTool()}, c)
+	}
+	met, err := metrics.New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	// off, on, on, off: each side sees the database at the same sizes.
+	off1 := run(off, nil, "-off1")
+	onRes := run(on, met, "-on1")
+	on2 := run(on, met, "-on2")
+	off2 := run(off, nil, "-off2")
+	offRes := off1
+	offRes.CallsPerS = math.Round((off1.CallsPerS+off2.CallsPerS)/2*10) / 10
+	offRes.OK = off1.OK && off2.OK
+	onRes.CallsPerS = math.Round((onRes.CallsPerS+on2.CallsPerS)/2*10) / 10
+	onRes.OK = onRes.OK && on2.OK
+	onRes.AuditOffCallsPerS = offRes.CallsPerS
+	if offRes.CallsPerS > 0 {
+		cost := math.Round((1-onRes.CallsPerS/offRes.CallsPerS)*1000) / 10
+		onRes.AuditCostPct = &cost
+	}
+	onRes.OK = onRes.OK && offRes.OK
+	if err := json.NewEncoder(e.stdout).Encode(onRes); err != nil {
+		return fail(e, "%v", err)
+	}
+	if !onRes.OK {
 		return 1
 	}
 	return 0

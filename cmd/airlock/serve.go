@@ -43,6 +43,7 @@ type app struct {
 	gateway  *gateway.Gateway
 	plans    *plan.Service
 	queue    *riverqueue.Queue
+	metrics  *metrics.Metrics
 	closers  []func() error
 	log      *slog.Logger
 }
@@ -110,7 +111,13 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	met, err := metrics.New(reg, &metrics.Config{QueueDepth: func(ctx context.Context) (map[string]int, error) {
+	var guardRef *airlock.Guard
+	met, err := metrics.New(reg, &metrics.Config{AuditDropped: func() int64 {
+		if guardRef == nil {
+			return 0
+		}
+		return guardRef.AuditDropped()
+	}, QueueDepth: func(ctx context.Context) (map[string]int, error) {
 		waiting, err := s.ListPlans(ctx, airlock.PlanFilter{Status: airlock.PlanAwaitingApproval, Limit: 10000})
 		if err != nil {
 			return nil, err
@@ -132,6 +139,8 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 	}
 	met.SetTimeouts(m)
 	a.guard = airlock.NewGuard(s, &airlock.GuardConfig{Redrive: redrive, Logger: log, Lease: tune.lease, Observer: met})
+	guardRef = a.guard
+	a.metrics = met
 	a.closers = append(a.closers, func() error { a.guard.Close(); return nil })
 	callers := func(t *airlock.Tool) (upstream.Caller, bool) {
 		if t.Upstream == nil {
@@ -295,7 +304,7 @@ func cmdServe(e *env, args []string) int {
 	}
 	go a.guard.RunReaper(reaperCtx, reapEvery)
 	go a.gateway.RunExpiry(reaperCtx, 10*time.Second)
-	go audit.RunSealer(reaperCtx, a.store, time.Second, log)
+	go audit.RunSealer(reaperCtx, a.store, time.Second, log, func(n int) { a.metrics.AuditEvents.Add(float64(n)) })
 	if err := a.queue.Start(reaperCtx); err != nil {
 		return fail(e, "starting the commit queue: %v", err)
 	}

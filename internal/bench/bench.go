@@ -75,9 +75,13 @@ type Result struct {
 	DirectP50us int64  `json:"direct_p50_us,omitempty"`
 	CoreP50us   int64  `json:"core_p50_us,omitempty"`
 	AddedP50us  *int64 `json:"added_p50_us,omitempty"`
-	Errors      int64  `json:"errors"`
-	OK          bool   `json:"ok"`
-	Error       string `json:"error,omitempty"`
+	// With --compare-audit: the same workload without the audit events of
+	// claims and completions and without metrics, and the cost in percent.
+	AuditOffCallsPerS float64  `json:"audit_off_calls_per_s,omitempty"`
+	AuditCostPct      *float64 `json:"audit_cost_pct,omitempty"`
+	Errors            int64    `json:"errors"`
+	OK                bool     `json:"ok"`
+	Error             string   `json:"error,omitempty"`
 }
 
 // Validate checks the configuration, naming the flag at fault.

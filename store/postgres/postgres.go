@@ -40,6 +40,10 @@ type Config struct {
 	// MaxBatch bounds the claims and completions sent in one statement.
 	// Default 128.
 	MaxBatch int
+	// NoAudit leaves out the audit events of claims and completions. Only
+	// for measuring what the audit log costs (airlock bench --compare-audit);
+	// never in service. Default false.
+	NoAudit bool
 }
 
 // Store is the PostgreSQL store.
@@ -62,6 +66,7 @@ type Store struct {
 	closeOnce   sync.Once
 	closeMu     sync.RWMutex
 	closed      bool
+	noAudit     bool
 }
 
 var errClosed = errors.New("postgres: store closed")
@@ -87,7 +92,7 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, poll: cfg.PollInterval, subs: map[int]func(string){}}
+	s := &Store{pool: pool, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit}
 	if s.poll <= 0 {
 		s.poll = time.Second
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -18,8 +19,44 @@ func auditArgs(e *airlock.AuditEvent) []any {
 	return []any{micros(e.At), e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash}
 }
 
-// appendAudit writes events inside a transaction.
+type pendingKey struct{}
+
+// pendingEvents are the audit events of one write batch, flushed before it
+// commits.
+type pendingEvents struct{ events []*airlock.AuditEvent }
+
+// eventsPerInsert keeps a multi-row INSERT under SQLite's parameter limit.
+const eventsPerInsert = 500
+
+func (p *pendingEvents) flush(ctx context.Context, tx *sql.Tx) error {
+	for len(p.events) > 0 {
+		n := min(len(p.events), eventsPerInsert)
+		chunk := p.events[:n]
+		p.events = p.events[n:]
+		var q strings.Builder
+		q.WriteString(`INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash) VALUES `)
+		args := make([]any, 0, 12*n)
+		for i, e := range chunk {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
+			args = append(args, auditArgs(e)...)
+		}
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendAudit writes events inside a transaction; inside a write batch
+// they are gathered and written when the batch commits.
 func appendAudit(ctx context.Context, tx *sql.Tx, events ...*airlock.AuditEvent) error {
+	if p, ok := ctx.Value(pendingKey{}).(*pendingEvents); ok {
+		p.events = append(p.events, events...)
+		return nil
+	}
 	for _, e := range events {
 		if _, err := tx.ExecContext(ctx, insertAudit, auditArgs(e)...); err != nil {
 			return err
