@@ -33,8 +33,9 @@ type Report struct {
 type ToolReport struct {
 	Tool            string  `json:"tool"`
 	Kind            string  `json:"kind"`
-	Calls           int     `json:"calls"`   // new side-effecting calls (claims)
-	Repeats         int     `json:"repeats"` // repeats served from the first result
+	Calls           int     `json:"calls"`            // new side-effecting calls (claims)
+	Repeats         int     `json:"repeats"`          // repeats served from the first result
+	RepeatsPrev     int     `json:"repeats_previous"` // the same in the period before
 	CallsPerRunP50  float64 `json:"calls_per_run_p50"`
 	CallsPerRunMax  int     `json:"calls_per_run_max"`
 	MaxCallsPerRun  int     `json:"max_calls_per_run,omitempty"`
@@ -83,9 +84,9 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 	}
 	r := &Report{Since: since, Until: now}
 	type acc struct {
-		claims, repeats, timeouts, plans, auto, prevPlans, prevAuto int
-		runs                                                        map[string]int
-		durations, waits                                            []float64
+		claims, repeats, timeouts, plans, auto, prevPlans, prevAuto, prevRepeats int
+		runs                                                                     map[string]int
+		durations, waits                                                         []float64
 	}
 	by := map[string]*acc{}
 	get := func(tool string) *acc {
@@ -128,6 +129,8 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 		case airlock.EventRepeat, airlock.EventConflict:
 			if current {
 				a.repeats++
+			} else {
+				a.prevRepeats++
 			}
 		case airlock.EventPlanned:
 			plannedAt[e.PlanID] = e.At
@@ -171,7 +174,7 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 			continue
 		}
 		a := get(t.Name)
-		tr := ToolReport{Tool: t.Name, Kind: string(t.Kind), Calls: a.claims, Repeats: a.repeats, Timeouts: a.timeouts,
+		tr := ToolReport{Tool: t.Name, Kind: string(t.Kind), Calls: a.claims, Repeats: a.repeats, RepeatsPrev: a.prevRepeats, Timeouts: a.timeouts,
 			MaxCallsPerRun: t.MaxCallsPerRun, Timeout: t.TimeoutOr().Seconds(), Plans: a.plans, AutoApprovals: a.auto, QueueDepth: depth[t.Name]}
 		var perRun []float64
 		for _, n := range a.runs {
@@ -204,6 +207,10 @@ func warnings(t ToolReport) []Warning {
 	var w []Warning
 	if t.Kind == string(airlock.KindWrite) && t.Calls > 0 && t.Repeats == 0 {
 		w = append(w, Warning{Tool: t.Tool, Level: "warning", Figure: "repeats", Message: "no repeats served: the protection has never been tested in this period"})
+	}
+	if t.RepeatsPrev > 0 && t.Repeats >= 10 && t.Repeats > 2*t.RepeatsPrev {
+		w = append(w, Warning{Tool: t.Tool, Level: "warning", Figure: "repeats_rising", Message: fmt.Sprintf(
+			"repeats rose from %d to %d: agents retry more; look at the upstream's latency against the timeout", t.RepeatsPrev, t.Repeats)})
 	}
 	if t.DurationP99s > 0 && t.DurationP99s >= 0.9*t.Timeout {
 		w = append(w, Warning{Tool: t.Tool, Level: "warning", Figure: "duration_p99", Message: fmt.Sprintf(

@@ -59,3 +59,37 @@ func TestWarningsFireWhenTheyShould(t *testing.T) {
 		t.Errorf("completeness %v, warnings %+v", r.AuditCompleteness, r.Warnings)
 	}
 }
+
+func TestRisingRepeatsWarn(t *testing.T) {
+	t.Parallel()
+	m, _ := manifest.Example()
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	_ = s.Migrate(ctx)
+	now := time.Now()
+	var events []*airlock.AuditEvent
+	add := func(at time.Time, n int) {
+		for range n {
+			events = append(events, &airlock.AuditEvent{At: at, Kind: airlock.EventRepeat, RunID: "r", Key: "k", Tool: "add_note", Actor: "a"})
+		}
+	}
+	add(now.Add(-90*time.Minute), 5) // the previous hour
+	add(now.Add(-10*time.Minute), 30)
+	if err := s.AppendAudit(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	r, err := metrics.Compute(ctx, s, m, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range r.Warnings {
+		if w.Figure == "repeats_rising" && w.Tool == "add_note" {
+			return
+		}
+	}
+	t.Fatalf("no rising-repeats warning: %+v", r.Warnings)
+}

@@ -162,7 +162,13 @@ func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
 
 // AuditSince implements airlock.AuditStore.
 func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE at >= ? ORDER BY id LIMIT ?`, micros(since), limit)
+	// Events are written in time order give or take a batch, so the first
+	// event of the period is found by a binary search over ids.
+	first, err := s.firstAuditIDAt(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE id >= ? AND at >= ? ORDER BY id LIMIT ?`, first, micros(since), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -176,4 +182,28 @@ func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// firstAuditIDAt finds (about) the first event id at or after t; a margin
+// of a few thousand ids covers events written out of time order.
+func (s *Store) firstAuditIDAt(ctx context.Context, t time.Time) (int64, error) {
+	var lo, hi sql.NullInt64
+	if err := s.read.QueryRowContext(ctx, `SELECT MIN(id), MAX(id) FROM airlock_audit`).Scan(&lo, &hi); err != nil || !lo.Valid {
+		return 0, err
+	}
+	a, b := lo.Int64, hi.Int64
+	for a < b {
+		mid := a + (b-a)/2
+		var at sql.NullInt64
+		err := s.read.QueryRowContext(ctx, `SELECT at FROM airlock_audit WHERE id >= ? ORDER BY id LIMIT 1`, mid).Scan(&at)
+		if err != nil {
+			return 0, err
+		}
+		if at.Int64 < micros(t) {
+			a = mid + 1
+		} else {
+			b = mid
+		}
+	}
+	return max(lo.Int64, a-5000), nil
 }
