@@ -109,6 +109,8 @@ type Store interface {
 	// Settle decides an in_doubt record. ErrNotFound or ErrStateConflict
 	// when there is no in_doubt record with the key.
 	Settle(ctx context.Context, s *Settlement) (*Record, error)
+	// ListRecords lists records in a state, newest first, up to limit.
+	ListRecords(ctx context.Context, state State, limit int) ([]*Record, error)
 	// CountRunCalls counts the records of a tool in a run (for
 	// max_calls_per_run).
 	CountRunCalls(ctx context.Context, runID, tool string) (int, error)

@@ -66,6 +66,8 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Gatherer, when set, is served on /metrics to admin tokens.
 	Gatherer prometheus.Gatherer
+	// UI, when set, is served under /ui/ (it does its own sign-in).
+	UI http.Handler
 	// DefaultRunID is the run of MCP calls that name none (no _meta, no
 	// header, no session id: stdio). Default: none.
 	DefaultRunID string
@@ -86,6 +88,7 @@ type Gateway struct {
 	plans   *plan.Service
 	metrics *metrics.Metrics
 	gather  prometheus.Gatherer
+	ui      http.Handler
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -97,7 +100,7 @@ func New(cfg Config) (*Gateway, error) {
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
 		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
-		metrics: cfg.Metrics, gather: cfg.Gatherer,
+		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI,
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody

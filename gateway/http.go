@@ -48,6 +48,10 @@ func (g *Gateway) Handler() http.Handler {
 	// origin must not drive the agent's tools.
 	mux.Handle("/mcp", g.require(agents, http.NewCrossOriginProtection().Handler(mcpHandler)))
 
+	if g.ui != nil {
+		mux.Handle("/ui/", g.ui)
+		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, g.log, airlock.Errorf(airlock.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})

@@ -30,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/store"
 	"github.com/airlockhq/airlock/store/postgres"
 	"github.com/airlockhq/airlock/store/sqlite"
+	"github.com/airlockhq/airlock/ui"
 	"github.com/airlockhq/airlock/upstream"
 	"github.com/airlockhq/airlock/upstream/httpjson"
 	upmcp "github.com/airlockhq/airlock/upstream/mcp"
@@ -169,10 +170,21 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 	}
 	a.plans.SetEnqueue(q.Enqueue())
 	a.queue = q
-	a.gateway, err = gateway.New(gateway.Config{
+	var gw *gateway.Gateway
+	web, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: a.guard, Plans: a.plans, Logger: log,
+		Authenticate: func(token string) (ui.Principal, bool) {
+			p, ok := gw.Authenticate(token)
+			return ui.Principal{Name: p.Name, Role: p.Role}, ok
+		}})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	gw, err = gateway.New(gateway.Config{
 		Manifest: m, Guard: a.guard, Store: s, Upstreams: ups, Tokens: tokens, Logger: log, Version: version, DefaultRunID: defaultRun,
-		Plans: a.plans, Metrics: met, Gatherer: reg,
+		Plans: a.plans, Metrics: met, Gatherer: reg, UI: web.Handler(),
 	})
+	a.gateway = gw
 	if err != nil {
 		a.Close()
 		return nil, err

@@ -356,3 +356,21 @@ func settleNote(st *airlock.Settlement) string {
 	}
 	return "settled: it did not happen; the key is free. " + st.Note
 }
+
+// ListRecords implements airlock.Store.
+func (s *Store) ListRecords(ctx context.Context, state airlock.State, limit int) ([]*airlock.Record, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE state = ? ORDER BY updated_at DESC LIMIT ?`, string(state), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,5 @@
+package ui
+
+import "errors"
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

@@ -1,0 +1,447 @@
+// Package ui is the approvers' and operators' web page, served under /ui/:
+// server-rendered with html/template, assets embedded, no JavaScript. An
+// approver or admin token signs in to a session cookie (HttpOnly,
+// SameSite=Strict, Secure under TLS); every form carries the session's
+// CSRF token; decisions are bound to the plan's decision hash.
+package ui
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/metrics"
+	"github.com/airlockhq/airlock/plan"
+	"github.com/airlockhq/airlock/policy"
+)
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+// Principal is who signed in.
+type Principal struct{ Name, Role string }
+
+// Config configures the UI.
+type Config struct {
+	Manifest *airlock.Manifest // required
+	Store    airlock.Store     // required
+	Guard    *airlock.Guard    // required (settling)
+	Plans    *plan.Service     // required (deciding)
+	// Authenticate maps a bearer token to its principal.
+	Authenticate func(token string) (Principal, bool)
+	// SessionTTL is how long a sign-in lasts. Default 8h.
+	SessionTTL time.Duration
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+type session struct {
+	p       Principal
+	csrf    string
+	expires time.Time
+}
+
+// UI serves /ui/.
+type UI struct {
+	cfg  Config
+	tmpl map[string]*template.Template
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+const cookieName = "airlock_session"
+
+// New parses the templates.
+func New(cfg Config) (*UI, error) {
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 8 * time.Hour
+	}
+	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger, sessions: map[string]*session{}}
+	if u.log == nil {
+		u.log = slog.Default()
+	}
+	funcs := template.FuncMap{
+		"json":  func(b json.RawMessage) string { return indent(b) },
+		"facts": func(b json.RawMessage) string { return oneLine(b) },
+		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+		"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
+		"join":  strings.Join,
+		"evaluation": func(b json.RawMessage) []policy.RuleResult {
+			var out []policy.RuleResult
+			_ = json.Unmarshal(b, &out)
+			return out
+		},
+		"bar": bar,
+	}
+	for _, page := range []string{"signin", "queue", "plan", "history", "indoubt", "tools", "watch"} {
+		t, err := template.New(page).Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, err
+		}
+		u.tmpl[page] = t
+	}
+	return u, nil
+}
+
+func indent(b json.RawMessage) string {
+	if len(b) == 0 {
+		return "—"
+	}
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return string(b)
+	}
+	out, _ := json.MarshalIndent(v, "", "  ")
+	return string(out)
+}
+
+func oneLine(b json.RawMessage) string {
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return ""
+	}
+	var parts []string
+	for _, k := range []string{"amount_minor", "currency", "kyc_complete", "amount"} {
+		if v, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s: %v", k, v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// bar is a small server-rendered SVG: a value against its limit.
+func bar(v, limit float64) template.HTML {
+	if limit <= 0 {
+		return ""
+	}
+	w := min(100, 100*v/limit)
+	color := "#1e7a3c"
+	if w >= 90 {
+		color = "#b3261e"
+	}
+	return template.HTML(fmt.Sprintf(`<svg width="100" height="8" role="img" aria-label="%.0f%% of the limit"><rect width="100" height="8" fill="#eef1f6"/><rect width="%.0f" height="8" fill="%s"/></svg>`, w, w, color))
+}
+
+// Handler serves /ui/ (mount it at /ui/).
+func (u *UI) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(files, "static")
+	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /ui/signin", u.signinPage)
+	mux.HandleFunc("POST /ui/signin", u.signin)
+	mux.HandleFunc("POST /ui/signout", u.signed(u.csrf(u.signout)))
+	mux.HandleFunc("GET /ui/{$}", u.signed(u.queue))
+	mux.HandleFunc("GET /ui/plans/{id}", u.signed(u.planPage))
+	mux.HandleFunc("POST /ui/plans/{id}/decide", u.signed(u.csrf(u.decide)))
+	mux.HandleFunc("GET /ui/history", u.signed(u.history))
+	mux.HandleFunc("GET /ui/in-doubt", u.signed(u.inDoubt))
+	mux.HandleFunc("POST /ui/records/{key}/settle", u.signed(u.csrf(u.settle)))
+	mux.HandleFunc("GET /ui/tools", u.signed(u.tools))
+	mux.HandleFunc("GET /ui/watch", u.signed(u.watch))
+	return securityHeaders(mux)
+}
+
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type ctxKey struct{}
+
+func (u *UI) current(r *http.Request) (*session, string) {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return nil, ""
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s, ok := u.sessions[c.Value]
+	if !ok || time.Now().After(s.expires) {
+		delete(u.sessions, c.Value)
+		return nil, ""
+	}
+	return s, c.Value
+}
+
+// signed sends visitors without a session to the sign-in page.
+func (u *UI) signed(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, _ := u.current(r)
+		if s == nil {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "sign in first", http.StatusUnauthorized)
+			return
+		}
+		ctx := context.WithValue(r.Context(), ctxKey{}, s)
+		ctx = airlock.WithActor(ctx, s.p.Name)
+		next(w, r.WithContext(ctx))
+	}
+}
+
+func sessionOf(r *http.Request) *session { s, _ := r.Context().Value(ctxKey{}).(*session); return s }
+
+// csrf refuses a form without the session's token.
+func (u *UI) csrf(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := sessionOf(r)
+		got := r.PostFormValue("csrf")
+		if s == nil || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) != 1 {
+			u.render(w, r, http.StatusForbidden, "signin", "Refused", nil, "The form is missing its CSRF token or it does not match your session. Reload the page and try again.")
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data map[string]any, flash string) {
+	d := map[string]any{"Title": title, "Flash": flash}
+	if s := sessionOf(r); s != nil {
+		d["Principal"], d["CSRF"], d["Admin"] = &Principal{s.p.Name, s.p.Role}, s.csrf, s.p.Role == airlock.RoleAdmin
+	} else if c, err := r.Cookie("airlock_pre"); err == nil {
+		d["CSRF"] = c.Value
+	}
+	for k, v := range data {
+		d[k] = v
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := u.tmpl[page].ExecuteTemplate(w, page+".html", d); err != nil {
+		u.log.Error("airlock ui: rendering", "page", page, "err", err)
+	}
+}
+
+func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
+	// A pre-session token protects the sign-in form itself (login CSRF).
+	pre := randomHex(16)
+	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 600})
+	u.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"CSRF": pre}, r.URL.Query().Get("msg"))
+}
+
+func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
+	pre, err := r.Cookie("airlock_pre")
+	if err != nil || r.PostFormValue("csrf") == "" || subtle.ConstantTimeCompare([]byte(pre.Value), []byte(r.PostFormValue("csrf"))) != 1 {
+		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "The sign-in form expired. Try again.")
+		return
+	}
+	p, ok := u.cfg.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
+	if !ok {
+		u.render(w, r, http.StatusUnauthorized, "signin", "Sign in", nil, "Unknown token.")
+		return
+	}
+	if p.Role != airlock.RoleApprover && p.Role != airlock.RoleAdmin {
+		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "Agent tokens cannot sign in; use an approver or admin token.")
+		return
+	}
+	id := randomHex(32)
+	u.mu.Lock()
+	u.sessions[id] = &session{p: p, csrf: randomHex(16), expires: time.Now().Add(u.cfg.SessionTTL)}
+	u.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil, Expires: time.Now().Add(u.cfg.SessionTTL)})
+	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+}
+
+func (u *UI) signout(w http.ResponseWriter, r *http.Request) {
+	if _, id := u.current(r); id != "" {
+		u.mu.Lock()
+		delete(u.sessions, id)
+		u.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+}
+
+func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
+	plans, err := u.cfg.Store.ListPlans(r.Context(), airlock.PlanFilter{Status: airlock.PlanAwaitingApproval, Limit: 500})
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "queue", fmt.Sprintf("(%d) Queue", len(plans)), map[string]any{"Plans": plans}, r.URL.Query().Get("msg"))
+}
+
+func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
+	u.log.Error("airlock ui", "err", err)
+	u.render(w, r, http.StatusInternalServerError, "signin", "Error", nil, "Something went wrong; the operator's log has the details.")
+}
+
+func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
+	p, err := u.cfg.Plans.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		u.render(w, r, http.StatusNotFound, "signin", "Not found", nil, "No such plan.")
+		return
+	}
+	events, _ := u.cfg.Store.AuditSince(r.Context(), p.CreatedAt.Add(-time.Second), 100000)
+	var trail []*airlock.AuditEvent
+	for _, e := range events {
+		if e.PlanID == p.ID || (e.Key == p.Key && e.Key != "") {
+			trail = append(trail, e)
+		}
+	}
+	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail}, r.URL.Query().Get("msg"))
+}
+
+func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	id := r.PathValue("id")
+	action := r.PostFormValue("action")
+	if action != "approve" && action != "reject" {
+		http.Error(w, "action must be approve or reject", http.StatusBadRequest)
+		return
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	msg := ""
+	if reason == "" {
+		msg = "A reason is required."
+	} else if _, err := u.cfg.Plans.Decide(r.Context(), id, action == "approve", s.p.Name, reason, r.PostFormValue("decision_hash")); err != nil {
+		var e *airlock.Error
+		if errorsAs(err, &e) {
+			msg = e.Message
+		} else {
+			msg = "The decision could not be recorded."
+		}
+	}
+	target := "/ui/plans/" + url.PathEscape(id)
+	if msg != "" {
+		target += "?msg=" + url.QueryEscape(msg)
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+func (u *UI) history(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	filter := struct{ Tool, Status, Approver, Date string }{q.Get("tool"), q.Get("status"), q.Get("approver"), q.Get("date")}
+	offset, _ := strconv.Atoi(q.Get("offset"))
+	all, err := u.cfg.Store.ListPlans(r.Context(), airlock.PlanFilter{Tool: filter.Tool, Status: airlock.PlanStatus(filter.Status), Limit: 10000})
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	var matched []*airlock.Plan
+	for i := len(all) - 1; i >= 0; i-- { // newest first
+		p := all[i]
+		if p.Status == airlock.PlanAwaitingApproval && filter.Status == "" {
+			continue
+		}
+		if filter.Approver != "" && p.DecidedBy != filter.Approver {
+			continue
+		}
+		if filter.Date != "" && p.CreatedAt.Format("2006-01-02") != filter.Date {
+			continue
+		}
+		matched = append(matched, p)
+	}
+	const pageSize = 50
+	offset = max(0, min(offset, len(matched)))
+	end := min(len(matched), offset+pageSize)
+	link := func(off int) string {
+		v := url.Values{"tool": {filter.Tool}, "status": {filter.Status}, "approver": {filter.Approver}, "date": {filter.Date}, "offset": {strconv.Itoa(off)}}
+		return "/ui/history?" + v.Encode()
+	}
+	data := map[string]any{"Plans": matched[offset:end], "Filter": filter, "Tools": u.cfg.Manifest.ToolNames(),
+		"Statuses": []string{"approved", "rejected", "expired", "committing", "committed", "failed", "in_doubt", "awaiting_approval"}}
+	if offset > 0 {
+		data["Prev"] = link(max(0, offset-pageSize))
+	}
+	if end < len(matched) {
+		data["Next"] = link(end)
+	}
+	u.render(w, r, http.StatusOK, "history", "History", data, "")
+}
+
+func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
+	recs, err := u.cfg.Store.ListRecords(r.Context(), airlock.StateInDoubt, 200)
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, "indoubt", "In doubt", map[string]any{"Records": recs}, r.URL.Query().Get("msg"))
+}
+
+func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	if s.p.Role != airlock.RoleAdmin {
+		u.render(w, r, http.StatusForbidden, "signin", "Refused", nil, "Only admins settle records.")
+		return
+	}
+	note := strings.TrimSpace(r.PostFormValue("note"))
+	happened := r.PostFormValue("happened") == "true"
+	result := json.RawMessage(strings.TrimSpace(r.PostFormValue("result")))
+	msg := ""
+	switch {
+	case note == "":
+		msg = "A note is required."
+	case happened && len(result) > 0 && !json.Valid(result):
+		msg = "The result must be JSON."
+	default:
+		if !happened {
+			result = nil
+		}
+		if _, err := u.cfg.Guard.Settle(r.Context(), r.PathValue("key"), happened, result, s.p.Name+": "+note); err != nil {
+			msg = err.Error()
+		} else {
+			msg = "Settled."
+		}
+	}
+	http.Redirect(w, r, "/ui/in-doubt?msg="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+func (u *UI) tools(w http.ResponseWriter, r *http.Request) {
+	var infos []airlock.ToolInfo
+	for _, t := range u.cfg.Manifest.Tools {
+		infos = append(infos, t.Info())
+	}
+	u.render(w, r, http.StatusOK, "tools", "Things you cannot undo", map[string]any{"Tools": infos}, "")
+}
+
+func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
+	type rep struct {
+		Label  string
+		Report *metrics.Report
+	}
+	var reports []rep
+	for _, p := range []struct {
+		label string
+		d     time.Duration
+	}{{"24 hours", 24 * time.Hour}, {"7 days", 7 * 24 * time.Hour}} {
+		rr, err := metrics.Compute(r.Context(), u.cfg.Store, u.cfg.Manifest, p.d, time.Now())
+		if err != nil {
+			u.fail(w, r, err)
+			return
+		}
+		reports = append(reports, rep{p.label, rr})
+	}
+	u.render(w, r, http.StatusOK, "watch", "What to watch", map[string]any{"Reports": reports}, "")
+}
