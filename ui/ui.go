@@ -43,6 +43,9 @@ type Config struct {
 	Plans    *plan.Service     // required (deciding)
 	// Authenticate maps a bearer token to its principal.
 	Authenticate func(token string) (Principal, bool)
+	// Reconcile asks the tool's reconcile_with read tool about an in-doubt
+	// record. Default: none (the page shows the record only).
+	Reconcile func(ctx context.Context, rec *airlock.Record) (json.RawMessage, error)
 	// SessionTTL is how long a sign-in lasts. Default 8h.
 	SessionTTL time.Duration
 	// Logger. Default slog.Default().
@@ -87,7 +90,8 @@ func New(cfg Config) (*UI, error) {
 			_ = json.Unmarshal(b, &out)
 			return out
 		},
-		"bar": bar,
+		"bar":   bar,
+		"spark": spark,
 	}
 	for _, page := range []string{"signin", "queue", "plan", "history", "indoubt", "tools", "watch"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+page+".html")
@@ -136,6 +140,22 @@ func bar(v, limit float64) template.HTML {
 		color = "#b3261e"
 	}
 	return template.HTML(fmt.Sprintf(`<svg width="100" height="8" role="img" aria-label="%.0f%% of the limit"><rect width="100" height="8" fill="#eef1f6"/><rect width="%.0f" height="8" fill="%s"/></svg>`, w, w, color))
+}
+
+// spark is a 7-day bar chart as server-rendered SVG.
+func spark(values []int, color string) template.HTML {
+	peak := 1
+	for _, v := range values {
+		peak = max(peak, v)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg width="140" height="32" role="img" aria-label="per day: %v">`, values)
+	for i, v := range values {
+		h := 30 * v / peak
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="16" height="%d" fill="%s"><title>%d</title></rect>`, i*20, 31-h, max(h, 1), color, v)
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
 }
 
 // Handler serves /ui/ (mount it at /ui/).
@@ -387,7 +407,27 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, "indoubt", "In doubt", map[string]any{"Records": recs}, r.URL.Query().Get("msg"))
+	type view struct {
+		*airlock.Record
+		Reconciled   json.RawMessage
+		ReconcileErr string
+	}
+	views := make([]view, 0, len(recs))
+	for i, rec := range recs {
+		v := view{Record: rec}
+		if u.cfg.Reconcile != nil && i < 50 {
+			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+			out, err := u.cfg.Reconcile(ctx, rec)
+			cancel()
+			if err != nil {
+				v.ReconcileErr = err.Error()
+			} else {
+				v.Reconciled = out
+			}
+		}
+		views = append(views, v)
+	}
+	u.render(w, r, http.StatusOK, "indoubt", "In doubt", map[string]any{"Records": views}, r.URL.Query().Get("msg"))
 }
 
 func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
@@ -443,5 +483,41 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 		}
 		reports = append(reports, rep{p.label, rr})
 	}
-	u.render(w, r, http.StatusOK, "watch", "What to watch", map[string]any{"Reports": reports}, "")
+	// Calls and repeats per day over the last 7 days, per tool.
+	events, err := u.cfg.Store.AuditSince(r.Context(), time.Now().AddDate(0, 0, -7), 1_000_000)
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	type series struct {
+		Tool           string
+		Calls, Repeats []int
+	}
+	days := func(t time.Time) int { return 6 - int(time.Since(t)/(24*time.Hour)) }
+	byTool := map[string]*series{}
+	var order []string
+	for _, t := range u.cfg.Manifest.Tools {
+		if t.Kind.SideEffecting() {
+			byTool[t.Name] = &series{Tool: t.Name, Calls: make([]int, 7), Repeats: make([]int, 7)}
+			order = append(order, t.Name)
+		}
+	}
+	for _, e := range events {
+		sr := byTool[e.Tool]
+		d := days(e.At)
+		if sr == nil || d < 0 || d > 6 {
+			continue
+		}
+		switch e.Kind {
+		case airlock.EventClaimed, airlock.EventPlanned:
+			sr.Calls[d]++
+		case airlock.EventRepeat, airlock.EventConflict:
+			sr.Repeats[d]++
+		}
+	}
+	var charts []*series
+	for _, name := range order {
+		charts = append(charts, byTool[name])
+	}
+	u.render(w, r, http.StatusOK, "watch", "What to watch", map[string]any{"Reports": reports, "Charts": charts}, "")
 }

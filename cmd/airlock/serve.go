@@ -171,7 +171,10 @@ func openApp(ctx context.Context, configPath, dsn string, tokens []gateway.Token
 	a.plans.SetEnqueue(q.Enqueue())
 	a.queue = q
 	var gw *gateway.Gateway
-	web, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: a.guard, Plans: a.plans, Logger: log,
+	reconcile := func(ctx context.Context, rec *airlock.Record) (json.RawMessage, error) {
+		return reconcileRecord(ctx, m, callers, rec)
+	}
+	web, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: a.guard, Plans: a.plans, Logger: log, Reconcile: reconcile,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			p, ok := gw.Authenticate(token)
 			return ui.Principal{Name: p.Name, Role: p.Role}, ok
@@ -430,3 +433,39 @@ type writeCloser struct {
 
 func (w writeCloser) Write(p []byte) (int, error) { return w.w.Write(p) }
 func (writeCloser) Close() error                  { return nil }
+
+// reconcileRecord asks the tool's reconcile_with read tool about an
+// in-doubt record, with the record's arguments that the read tool takes.
+func reconcileRecord(ctx context.Context, m *airlock.Manifest, callers func(*airlock.Tool) (upstream.Caller, bool), rec *airlock.Record) (json.RawMessage, error) {
+	t := m.Tool(rec.Tool)
+	if t == nil || t.ReconcileWith == "" {
+		return nil, fmt.Errorf("the tool has no reconcile_with")
+	}
+	rt := m.Tool(t.ReconcileWith)
+	if rt == nil {
+		return nil, fmt.Errorf("no tool %s", t.ReconcileWith)
+	}
+	c, ok := callers(rt)
+	if !ok {
+		return nil, fmt.Errorf("%s has no upstream", rt.Name)
+	}
+	args, err := airlock.ParseArgs(rec.Args)
+	if err != nil {
+		return nil, err
+	}
+	if props, ok := rt.InputSchema["properties"].(map[string]any); ok {
+		for k := range args {
+			if _, known := props[k]; !known {
+				delete(args, k)
+			}
+		}
+	}
+	out := c.Call(ctx, &upstream.Request{Tool: rt, Args: airlock.CanonicalArgs(args)})
+	if out.Kind != airlock.OutcomeSucceeded {
+		if out.Err != nil {
+			return nil, out.Err
+		}
+		return nil, fmt.Errorf("%s answered: %s", rt.Name, out.Result)
+	}
+	return out.Result, nil
+}

@@ -43,8 +43,18 @@ func artifactsDir(t *testing.T) string {
 func TestE2EUIInABrowser(t *testing.T) {
 	t.Parallel()
 	browser := findBrowser(t)
-	payments := startPayments(t)
-	srv := serve(t, e2eManifest(t, payments.url(), "", "", ""), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	payments := startPayments(t, "--latency", "600ms")
+	srv := serve(t, e2eManifest(t, payments.url(), "", "", `
+  - name: slow_note
+    kind: write
+    input_schema: {type: object, properties: {record_id: {type: string}, text: {type: string}}, required: [record_id, text]}
+    natural_key: [{field: record_id}, {field: text}]
+    window: forever
+    timeout: 300ms
+    reconcile_with: get_withdrawal
+    upstream: {name: payments, path: /withdrawals/note}
+    answers: {undo: "Yes.", approver: "No one.", on_repeat: "The first note."}
+`), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
 	propose := func(record string) (id, hash string) {
 		status, body := apiCall(t, "POST", srv.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"plan_approve_withdrawal","args":{"record_id":%q},"run_id":"ui-run"}`, record))
 		if status != 200 {
@@ -187,7 +197,6 @@ func TestE2EUIInABrowser(t *testing.T) {
 	// Every page renders; screenshots are kept as artefacts.
 	for _, page := range []struct{ path, name, want string }{
 		{"/ui/history", "history", id2},
-		{"/ui/in-doubt", "in-doubt", "Nothing is in doubt"},
 		{"/ui/tools", "tools", "Can it be undone?"},
 		{"/ui/watch", "watch", "Audit completeness"},
 	} {
@@ -196,6 +205,24 @@ func TestE2EUIInABrowser(t *testing.T) {
 			t.Fatalf("%s lacks %q:\n%s", page.path, page.want, body)
 		}
 		shot(page.name)
+	}
+	// A call that times out is in doubt; the admin sees what the reconcile
+	// tool says and settles it.
+	status, body := apiCall(t, "POST", srv.url()+"/v1/calls", agentToken, `{"tool":"slow_note","args":{"record_id":"WD-555","text":"late"},"run_id":"ui-run"}`)
+	if status != 200 || body["status"] != "in_doubt" {
+		t.Fatalf("slow call: %d %v", status, body)
+	}
+	submit(chromedp.Click(chromedp.CSS("header form button")))
+	signIn(adminToken)
+	do(chromedp.Navigate(srv.url()+"/ui/in-doubt"), chromedp.WaitVisible(chromedp.CSS(".reconciled")))
+	if got := text("main"); !strings.Contains(got, "The reconcile tool says") || !strings.Contains(got, "WD-555") {
+		t.Fatalf("in doubt page: %s", got)
+	}
+	shot("in-doubt")
+	do(chromedp.SendKeys(chromedp.CSS("input[name=note]"), "not in the ledger"))
+	submit(chromedp.Click(chromedp.CSS("button[value=false]")))
+	if got := text("main"); !strings.Contains(got, "Settled.") || !strings.Contains(got, "Nothing is in doubt") {
+		t.Fatalf("after settling: %s", got)
 	}
 	t.Logf("screenshots in %s", shots)
 }
