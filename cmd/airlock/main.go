@@ -49,6 +49,7 @@ func commands() []command {
 		{"key", "print the key of a call and every part that went into it", cmdKey},
 		{"tools", "tools check (the CI lint) | tools list --format md|json", cmdTools},
 		{"plans", "plans list|show|approve|reject, against --url (a server) or --db", cmdPlans},
+		{"records", "records show KEY | records settle KEY --happened=true|false --note …", cmdRecords},
 		{"audit", "audit verify|export: check the hash chain, or write the log as JSON lines", cmdAudit},
 		{"report", "the figures that show the protection works (--since 24h, --format text|json)", cmdReport},
 		{"policy", "policy test: run the approval rules' test files", cmdPolicy},
@@ -144,6 +145,12 @@ func cmdMigrate(e *env, args []string) int {
 		return fail(e, "%v", err)
 	}
 	defer s.Close()
+	// River's tables (the commit queue) are migrated by building its client.
+	q, err := insertOnlyQueue(e.ctx, s)
+	if err != nil {
+		return fail(e, "migrating the commit queue: %v", err)
+	}
+	_ = q.Stop(context.Background())
 	fmt.Fprintf(e.stdout, "migrated %s\n", redactDSN(*db))
 	return 0
 }

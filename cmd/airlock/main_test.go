@@ -266,3 +266,34 @@ func TestAuditVerifyAndExport(t *testing.T) {
 		t.Fatalf("tampered: %d %s", r.code, r.stdout)
 	}
 }
+
+func TestRecordsShowAndSettle(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "a.db")
+	dsn := "sqlite:" + path
+	s, err := sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Migrate(context.Background())
+	m, _ := manifest.Example()
+	g := airlock.NewGuard(s, nil)
+	a, err := g.Do(context.Background(), &airlock.Call{Tool: m.Tool("add_note"), Args: json.RawMessage(`{"record_id":"WD-1","text":"x"}`)},
+		func(context.Context, string) airlock.Outcome {
+			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("connection reset")}
+		})
+	if err != nil || a.Status != airlock.StatusInDoubt {
+		t.Fatalf("%+v %v", a, err)
+	}
+	g.Close()
+	s.Close()
+	if r := runCLI(t, "records", "show", a.Key, "--db", dsn); r.code != 0 || !strings.Contains(r.stdout, `"state": "in_doubt"`) {
+		t.Fatalf("show: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "records", "settle", a.Key, "--db", dsn, "--happened=true"); r.code == 0 || !strings.Contains(r.stderr, "--note") {
+		t.Fatalf("settle without a note: %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, "records", "settle", a.Key, "--db", dsn, "--happened=true", "--result", `{"note_id":"N-1"}`, "--note", "seen in the ledger", "--as", "ops"); r.code != 0 || !strings.Contains(r.stdout, "succeeded") {
+		t.Fatalf("settle: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+}
