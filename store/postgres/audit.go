@@ -144,7 +144,11 @@ func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
 
 // AuditSince implements airlock.AuditStore.
 func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE at >= $1 ORDER BY id LIMIT $2`, since, limit)
+	first, err := s.firstAuditIDAt(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE id >= $1 AND at >= $2 ORDER BY id LIMIT $3`, first, since, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -158,4 +162,27 @@ func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// firstAuditIDAt finds (about) the first event id at or after t by a binary
+// search over ids; a margin covers events committed out of time order.
+func (s *Store) firstAuditIDAt(ctx context.Context, t time.Time) (int64, error) {
+	var lo, hi *int64
+	if err := s.pool.QueryRow(ctx, `SELECT MIN(id), MAX(id) FROM airlock_audit`).Scan(&lo, &hi); err != nil || lo == nil {
+		return 0, err
+	}
+	a, b := *lo, *hi
+	for a < b {
+		mid := a + (b-a)/2
+		var at time.Time
+		if err := s.pool.QueryRow(ctx, `SELECT at FROM airlock_audit WHERE id >= $1 ORDER BY id LIMIT 1`, mid).Scan(&at); err != nil {
+			return 0, err
+		}
+		if at.Before(t) {
+			a = mid + 1
+		} else {
+			b = mid
+		}
+	}
+	return max(*lo, a-5000), nil
 }

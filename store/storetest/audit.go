@@ -122,5 +122,12 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		if fmt.Sprint(kinds) != "[claimed completed repeat_served]" {
 			t.Fatalf("events %v, want [claimed completed repeat_served]", kinds)
 		}
+		recent, err := s.AuditSince(context.Background(), time.Now().Add(-time.Minute), 100)
+		must(t, err)
+		old, err := s.AuditSince(context.Background(), time.Now().Add(time.Minute), 100)
+		must(t, err)
+		if len(recent) < 3 || len(old) != 0 {
+			t.Fatalf("AuditSince: %d events in the last minute, %d in the future", len(recent), len(old))
+		}
 	})
 }
