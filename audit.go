@@ -148,3 +148,30 @@ func StatusEvent(p *Plan, at time.Time) *AuditEvent {
 	return &AuditEvent{At: at, Kind: kind, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Result: p.Result, Error: p.Error,
 		Actor: ActorSystem, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
 }
+
+// ActorOr is a, or ActorSystem when a is empty.
+func ActorOr(a string) string {
+	if a == "" {
+		return ActorSystem
+	}
+	return a
+}
+
+// CompletionEvent is the event kind of a completion in a state.
+func CompletionEvent(st State) string {
+	switch st {
+	case StateSucceeded:
+		return EventCompleted
+	case StateFailed:
+		return EventFailed
+	}
+	return EventInDoubt
+}
+
+// SettleNote is the audit text of a settlement.
+func SettleNote(st *Settlement) string {
+	if st.Happened {
+		return "settled: it happened. " + st.Note
+	}
+	return "settled: it did not happen; the key is free. " + st.Note
+}

@@ -142,7 +142,7 @@ func claimArgs(ops []*claimOp) []any {
 	actors := make([]string, n)
 	for i, o := range ops {
 		c := o.c
-		actors[i] = actorOr(c.Actor)
+		actors[i] = airlock.ActorOr(c.Actor)
 		keys[i], tools[i], runs[i], windows[i] = c.Key, c.Tool, c.RunID, c.WindowID
 		args[i], hashes[i], owners[i] = string(c.Args), c.ArgsHash, c.Owner
 		leases[i], nows[i], expires[i] = c.LeaseUntil, c.Now, nullTime(c.ExpiresAt)

@@ -96,7 +96,7 @@ func (s *Store) claimOne(ctx context.Context, c *airlock.Claim) (bool, error) {
 			ON CONFLICT (key) DO NOTHING RETURNING key)
 		INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, actor)
 		SELECT $9, 'claimed', $3, $1, $2, $5, $11 FROM ins`,
-		c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt), actorOr(c.Actor))
+		c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt), airlock.ActorOr(c.Actor))
 	if err != nil {
 		return false, err
 	}
@@ -258,7 +258,7 @@ func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Re
 			}
 		}
 		if err := appendAudit(ctx, tx, &airlock.AuditEvent{At: st.Now, Kind: airlock.EventSettled, RunID: cur.RunID, Key: st.Key,
-			Tool: cur.Tool, Result: st.Result, Error: settleNote(st), Actor: actorOr(st.Actor)}); err != nil {
+			Tool: cur.Tool, Result: st.Result, Error: airlock.SettleNote(st), Actor: airlock.ActorOr(st.Actor)}); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify('`+channel+`', $1)`, st.Key)
@@ -297,31 +297,7 @@ const completeSQL = `WITH u AS (
 	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
 
 func completeArgs(c *airlock.Completion) []any {
-	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now, completionEvent(c.State), actorOr(c.Actor)}
-}
-
-func actorOr(a string) string {
-	if a == "" {
-		return airlock.ActorSystem
-	}
-	return a
-}
-
-func completionEvent(st airlock.State) string {
-	switch st {
-	case airlock.StateSucceeded:
-		return airlock.EventCompleted
-	case airlock.StateFailed:
-		return airlock.EventFailed
-	}
-	return airlock.EventInDoubt
-}
-
-func settleNote(st *airlock.Settlement) string {
-	if st.Happened {
-		return "settled: it happened. " + st.Note
-	}
-	return "settled: it did not happen; the key is free. " + st.Note
+	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now, airlock.CompletionEvent(c.State), airlock.ActorOr(c.Actor)}
 }
 
 // ListRecords implements airlock.Store.

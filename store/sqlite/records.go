@@ -98,7 +98,7 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 			if s.noAudit {
 				// measuring only
 			} else if err := appendAudit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.EventClaimed, RunID: c.RunID, Key: c.Key,
-				Tool: c.Tool, Args: c.Args, Actor: actorOr(c.Actor)}); err != nil {
+				Tool: c.Tool, Args: c.Args, Actor: airlock.ActorOr(c.Actor)}); err != nil {
 				return err
 			}
 			rec = &airlock.Record{
@@ -136,8 +136,8 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 		if s.noAudit {
 			return nil
 		}
-		return appendAudit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: completionEvent(c.State), RunID: run, Key: c.Key,
-			Tool: tool, Result: c.Result, Error: c.Note, Actor: actorOr(c.Actor)})
+		return appendAudit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.CompletionEvent(c.State), RunID: run, Key: c.Key,
+			Tool: tool, Result: c.Result, Error: c.Note, Actor: airlock.ActorOr(c.Actor)})
 	})
 	if err == nil && lost {
 		return airlock.ErrLeaseLost
@@ -269,7 +269,7 @@ func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Re
 			return nil
 		}
 		ev := &airlock.AuditEvent{At: st.Now, Kind: airlock.EventSettled, RunID: cur.RunID, Key: st.Key, Tool: cur.Tool,
-			Result: st.Result, Error: settleNote(st), Actor: actorOr(st.Actor)}
+			Result: st.Result, Error: airlock.SettleNote(st), Actor: airlock.ActorOr(st.Actor)}
 		if !st.Happened {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND state = 'in_doubt'`, st.Key); err != nil {
 				return err
@@ -331,30 +331,6 @@ func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, err
 	var n int
 	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM airlock_records WHERE run_id = ? AND tool = ?`, runID, tool).Scan(&n)
 	return n, err
-}
-
-func actorOr(a string) string {
-	if a == "" {
-		return airlock.ActorSystem
-	}
-	return a
-}
-
-func completionEvent(st airlock.State) string {
-	switch st {
-	case airlock.StateSucceeded:
-		return airlock.EventCompleted
-	case airlock.StateFailed:
-		return airlock.EventFailed
-	}
-	return airlock.EventInDoubt
-}
-
-func settleNote(st *airlock.Settlement) string {
-	if st.Happened {
-		return "settled: it happened. " + st.Note
-	}
-	return "settled: it did not happen; the key is free. " + st.Note
 }
 
 // ListRecords implements airlock.Store.
