@@ -123,16 +123,7 @@ func (s *Store) AuditLog(ctx context.Context, after int64, limit int) ([]*airloc
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*airlock.AuditEvent
-	for rows.Next() {
-		e, err := scanAudit(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return collect(rows, scanAudit)
 }
 
 // UnsealedAudit implements airlock.AuditStore.
@@ -152,16 +143,7 @@ func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*airlock.AuditEvent
-	for rows.Next() {
-		e, err := scanAudit(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return collect(rows, scanAudit)
 }
 
 // firstAuditIDAt finds (about) the first event id at or after t by a binary

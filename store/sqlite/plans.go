@@ -113,16 +113,7 @@ func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*airlock.Plan
-	for rows.Next() {
-		p, err := scanPlan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+	return collect(rows, scanPlan)
 }
 
 // DecidePlan implements airlock.PlanStore.

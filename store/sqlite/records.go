@@ -197,16 +197,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*airlock.Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(rows, scanRecord)
 }
 
 // ExpireLease implements airlock.Store.
@@ -339,14 +330,5 @@ func (s *Store) ListRecords(ctx context.Context, state airlock.State, limit int)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*airlock.Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(rows, scanRecord)
 }

@@ -1,0 +1,17 @@
+package postgres
+
+import "github.com/jackc/pgx/v5"
+
+// collect scans every row with scan and closes the rows.
+func collect[T any](rows pgx.Rows, scan func(pgx.Row) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
