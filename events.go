@@ -82,6 +82,9 @@ func (g *Guard) emit(e *AuditEvent) { g.events.add(e) }
 
 // auditAnswer records how a call on an existing record was answered.
 func (g *Guard) auditAnswer(ctx context.Context, tool *Tool, rec *Record, args map[string]any, run string, a *Answer, err error) {
+	if rec == nil {
+		return
+	}
 	e := &AuditEvent{At: g.clock.Now(), RunID: run, Key: rec.Key, Tool: tool.Name, Args: CanonicalArgs(args), Actor: ActorFrom(ctx)}
 	switch {
 	case err != nil && ErrorCode(err) == CodeArgumentsMismatch:

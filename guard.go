@@ -538,7 +538,8 @@ func (g *Guard) heartbeat(key, owner string) (stop func()) {
 
 // answerExisting answers a call whose key already has a record.
 func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, args map[string]any, hash string, deadline time.Time, run string) (a *Answer, err error) {
-	defer func() { g.auditAnswer(ctx, tool, rec, args, run, a, err) }()
+	first := rec // rec is replaced below by the waited-for record, which may be nil
+	defer func() { g.auditAnswer(ctx, tool, first, args, run, a, err) }()
 	var conflict *Conflict
 	if rec.ArgsHash != hash {
 		first, _ := ParseArgs(rec.Args)

@@ -280,6 +280,44 @@ func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 		}
 	})
 
+	t.Run("WaiterOnAReleasedClaimDoesTheWork", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, cfg())
+		tool := Tool("approve", "forever")
+		args := `{"record_id":"` + Key("WD") + `"}`
+		started := make(chan struct{})
+		release := make(chan struct{})
+		first := func(context.Context, string) airlock.Outcome {
+			close(started)
+			<-release
+			return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: errors.New("connection refused")}
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := b.guard.Do(b.ctx, call(tool, args, "r"), first)
+			errc <- err
+		}()
+		<-started
+		var second counter
+		done := make(chan *airlock.Answer, 1)
+		go func() {
+			a, err := b.guard.Do(b.ctx, call(tool, args, "r"), second.fn) // waits on the running claim
+			if err != nil {
+				t.Error(err)
+			}
+			done <- a
+		}()
+		time.Sleep(50 * time.Millisecond)
+		close(release)
+		if err := <-errc; !errors.Is(err, airlock.ErrNotSent) {
+			t.Fatalf("first: %v", err)
+		}
+		a := <-done
+		if a == nil || a.Status != airlock.StatusSucceeded || second.n.Load() != 1 {
+			t.Fatalf("the waiter on a released claim must do the work: %+v, executions %d", a, second.n.Load())
+		}
+	})
+
 	t.Run("MismatchReplayNamesTheFields", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newStore, cfg())
