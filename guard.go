@@ -607,9 +607,13 @@ func (g *Guard) waitFinal(ctx context.Context, key string, wait time.Duration, d
 		// Polling still finds the result; only the wake-up is lost.
 		g.log.Warn("airlock: watching a running record failed; polling instead", "key", key, "err", err)
 	}
+	var last *Record
 	for {
 		rec, err := g.get(ctx, key)
 		switch {
+		case err != nil && ctx.Err() != nil && last != nil:
+			// The caller gave up while we read: it is answered in progress.
+			return last, nil
 		case errors.Is(err, ErrNotFound):
 			return nil, errReleased
 		case err != nil:
@@ -617,6 +621,7 @@ func (g *Guard) waitFinal(ctx context.Context, key string, wait time.Duration, d
 		case rec.State != StateRunning:
 			return rec, nil
 		}
+		last = rec
 		select {
 		case <-ch:
 			ch, cancel = g.rearm(key, cancel)
