@@ -175,3 +175,15 @@ func SettleNote(st *Settlement) string {
 	}
 	return "settled: it did not happen; the key is free. " + st.Note
 }
+
+// Seal continues the chain after (lastSeq, lastHash) over pending events,
+// in order: each gets the next sequence number, its predecessor's hash and
+// its own. Drivers store the three fields.
+func Seal(lastSeq int64, lastHash string, pending []*AuditEvent) {
+	for _, e := range pending {
+		lastSeq++
+		e.Seq, e.PrevHash = lastSeq, lastHash
+		e.Hash = e.ChainHash(lastHash)
+		lastHash = e.Hash
+	}
+}

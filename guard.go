@@ -338,7 +338,6 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 				n, tool.Name)}
 		}
 	}
-	d := struct{ Key string }{p.key} // the answers below carry the key for operators
 
 	claim := &Claim{
 		Key: p.key, Tool: tool.Name, RunID: p.runID, WindowID: p.windowID,
@@ -363,7 +362,7 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 			continue
 		}
 		if errors.Is(err, errReleased) {
-			return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: d.Key}, nil
+			return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: p.key}, nil
 		}
 		return a, err
 	}
@@ -385,13 +384,13 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 		if r.err != nil {
 			return nil, r.err
 		}
-		r.answer.Key = d.Key
+		r.answer.Key = p.key
 		return r.answer, nil
 	case <-timer:
 	case <-ctx.Done():
 	}
 	// The caller stops waiting; the side effect goes on and is recorded.
-	return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: d.Key}, nil
+	return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: p.key}, nil
 }
 
 type result struct {

@@ -146,14 +146,14 @@ type CallRequest struct {
 func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
 	a, err := g.call(ctx, req)
 	if g.metrics != nil {
-		g.observe(ctx, req, a, err)
+		g.observe(req, a, err)
 	}
 	return a, err
 }
 
 // observe feeds the metrics: the call's outcome, repeats, plans, and the
 // run's count of side-effecting calls at each new one.
-func (g *Gateway) observe(ctx context.Context, req *CallRequest, a *airlock.Answer, err error) {
+func (g *Gateway) observe(req *CallRequest, a *airlock.Answer, err error) {
 	kind := airlock.ToolKind("unknown")
 	name := req.Tool
 	if t := g.m.Tool(req.Tool); t != nil {
@@ -172,9 +172,7 @@ func (g *Gateway) observe(ctx context.Context, req *CallRequest, a *airlock.Answ
 		return
 	}
 	if kind == airlock.KindWrite && req.RunID != "" {
-		if n, err := g.store.CountRunCalls(ctx, req.RunID, name); err == nil {
-			g.metrics.RunCalls(name, n)
-		}
+		g.metrics.RunCall(name, req.RunID)
 	}
 }
 

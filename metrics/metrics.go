@@ -6,6 +6,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,9 @@ type Metrics struct {
 	queueDepth      *prometheus.Desc
 	queue           func(ctx context.Context) (map[string]int, error)
 	sideEffectCalls *prometheus.HistogramVec // airlock_side_effect_calls_per_run
+
+	runsMu sync.Mutex
+	runs   map[string]int
 }
 
 // Config configures New. A nil *Config means all defaults.
@@ -84,6 +88,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		}),
 		queueDepth: prometheus.NewDesc("airlock_approval_queue_depth", "Plans waiting for a person.", []string{"tool"}, nil),
 		queue:      cfg.QueueDepth,
+		runs:       map[string]int{},
 	}
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait, m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, queueCollector{m}} {
 		if err := reg.Register(c); err != nil {
@@ -156,10 +161,21 @@ func (m *Metrics) Call(tool string, kind airlock.ToolKind, a *airlock.Answer, er
 	m.ToolCalls.WithLabelValues(tool, string(kind), outcome).Inc()
 }
 
-// RunCalls records how many side-effecting calls a run has made, at each new one.
-func (m *Metrics) RunCalls(tool string, n int) {
+// RunCall counts a new side-effecting call of a run (in this process: the
+// count needs no database read on the hot path) and observes the run's
+// count so far. Counts are kept for the last maxRuns runs.
+func (m *Metrics) RunCall(tool, run string) {
+	m.runsMu.Lock()
+	if len(m.runs) >= maxRuns {
+		clear(m.runs)
+	}
+	m.runs[run]++
+	n := m.runs[run]
+	m.runsMu.Unlock()
 	m.sideEffectCalls.WithLabelValues(tool).Observe(float64(n))
 }
+
+const maxRuns = 10000
 
 // Planned records a new plan.
 func (m *Metrics) Planned(tool, decision string) { m.Plans.WithLabelValues(tool, decision).Inc() }

@@ -102,7 +102,7 @@ func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.
 		if key == "" {
 			continue
 		}
-		if p, err := s.planByKey(ctx, key); err == nil && (key == d.Key || p.RunID == runID) {
+		if p, err := s.cfg.Store.GetPlanByKey(ctx, key); err == nil && (key == d.Key || p.RunID == runID) {
 			return p, true, nil
 		}
 	}
@@ -144,10 +144,6 @@ func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.
 		s.notifyWaiting(stored)
 	}
 	return stored, !created, nil
-}
-
-func (s *Service) planByKey(ctx context.Context, key string) (*airlock.Plan, error) {
-	return s.cfg.Store.GetPlanByKey(ctx, key)
 }
 
 // lookup calls the approval's lookup tool; its result is the facts.

@@ -249,8 +249,9 @@ func startPayments(t *testing.T, args ...string) *proc {
 }
 
 type paymentStats struct {
-	Calls int                 `json:"calls"`
-	Notes map[string][]string `json:"notes"`
+	Calls     int                 `json:"calls"`
+	Notes     map[string][]string `json:"notes"`
+	Approvals map[string]int      `json:"approvals"`
 }
 
 func stats(t *testing.T, payments *proc) paymentStats {
@@ -288,25 +289,13 @@ func apiCall(t *testing.T, method, url, token string, body string, header ...str
 	return resp.StatusCode, out
 }
 
-// bearer adds a token to every request of an MCP client.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
 // mcpClient connects the official SDK client to airlock's /mcp.
 func mcpClient(t *testing.T, airlockURL, token string) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "v1"}, nil)
 	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
 		Endpoint:   airlockURL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}},
+		HTTPClient: &http.Client{Transport: bearerTransport{token, http.DefaultTransport}},
 		MaxRetries: -1,
 	}, nil)
 	if err != nil {

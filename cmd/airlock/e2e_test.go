@@ -477,12 +477,7 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	resp, _ := http.Get(payments.url() + "/stats")
-	var st struct {
-		Approvals map[string]int `json:"approvals"`
-	}
-	json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
+	st := stats(t, payments)
 	if st.Approvals["WD-77"] != 1 {
 		t.Fatalf("approved %d times", st.Approvals["WD-77"])
 	}
@@ -573,16 +568,7 @@ tools:
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	resp, err := http.Get(payments.url() + "/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st struct {
-		Approvals map[string]int `json:"approvals"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
-	if st.Approvals["WD-9"] != 1 {
+	if st := stats(t, payments); st.Approvals["WD-9"] != 1 {
 		t.Fatalf("approved %d times across the kill and the retry", st.Approvals["WD-9"])
 	}
 }

@@ -100,13 +100,10 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		airlock.Seal(lastSeq, lastHash, pending)
 		var b pgx.Batch
 		for _, e := range pending {
-			lastSeq++
-			e.Seq = lastSeq
-			h := e.ChainHash(lastHash)
-			b.Queue(`UPDATE airlock_audit SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1`, e.ID, e.Seq, lastHash, h)
-			lastHash = h
+			b.Queue(`UPDATE airlock_audit SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1`, e.ID, e.Seq, e.PrevHash, e.Hash)
 		}
 		n = len(pending)
 		if n == 0 {

@@ -120,14 +120,11 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		airlock.Seal(lastSeq, lastHash, pending)
 		for _, e := range pending {
-			lastSeq++
-			e.Seq = lastSeq
-			h := e.ChainHash(lastHash)
-			if _, err := tx.ExecContext(ctx, `UPDATE airlock_audit SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, e.Seq, lastHash, h, e.ID); err != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE airlock_audit SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, e.Seq, e.PrevHash, e.Hash, e.ID); err != nil {
 				return err
 			}
-			lastHash = h
 		}
 		n = len(pending)
 		return nil

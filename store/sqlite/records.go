@@ -95,9 +95,7 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 		}
 		if n == 1 {
 			claimed = true
-			if s.noAudit {
-				// measuring only
-			} else if err := appendAudit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.EventClaimed, RunID: c.RunID, Key: c.Key,
+			if err := s.audit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.EventClaimed, RunID: c.RunID, Key: c.Key,
 				Tool: c.Tool, Args: c.Args, Actor: airlock.ActorOr(c.Actor)}); err != nil {
 				return err
 			}
@@ -133,10 +131,7 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 		if err != nil {
 			return err
 		}
-		if s.noAudit {
-			return nil
-		}
-		return appendAudit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.CompletionEvent(c.State), RunID: run, Key: c.Key,
+		return s.audit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.CompletionEvent(c.State), RunID: run, Key: c.Key,
 			Tool: tool, Result: c.Result, Error: c.Note, Actor: airlock.ActorOr(c.Actor)})
 	})
 	if err == nil && lost {
@@ -331,4 +326,13 @@ func (s *Store) ListRecords(ctx context.Context, state airlock.State, limit int)
 		return nil, err
 	}
 	return collect(rows, scanRecord)
+}
+
+// audit writes the events of a claim or completion, unless the store was
+// opened without them (to measure their cost).
+func (s *Store) audit(ctx context.Context, tx *sql.Tx, events ...*airlock.AuditEvent) error {
+	if s.noAudit {
+		return nil
+	}
+	return appendAudit(ctx, tx, events...)
 }
