@@ -148,6 +148,25 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	if n := testutil.CollectAndCount(met.ToolDuration); n < 1 {
 		t.Errorf("no duration observed")
 	}
+	// Calls per run: A, B and SLOW were new calls of run r1 (counts 1, 2, 3).
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var perRun uint64
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != "airlock_side_effect_calls_per_run" {
+			continue
+		}
+		for _, mm := range f.GetMetric() {
+			perRun += mm.GetHistogram().GetSampleCount()
+			sum = mm.GetHistogram().GetSampleSum()
+		}
+	}
+	if perRun != 3 || sum != 6 {
+		t.Errorf("calls per run: %d samples summing to %v, want 3 summing to 6", perRun, sum)
+	}
 }
 
 func TestReportFromTheStore(t *testing.T) {
