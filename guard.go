@@ -137,6 +137,7 @@ type Guard struct {
 	cache    *recordCache
 	hub      *hub
 	unsub    func()
+	leases   *leaseKeeper
 
 	ownerPrefix string
 	seq         atomic.Uint64
@@ -166,6 +167,7 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 	if g.lease <= 0 {
 		g.lease = 30 * time.Second
 	}
+	g.leases = newLeaseKeeper(g)
 	if g.retain <= 0 {
 		g.retain = 7 * 24 * time.Hour
 	}
@@ -200,6 +202,7 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 // this guard started to finish and be recorded.
 func (g *Guard) Close() {
 	g.inflight.Wait()
+	g.leases.close()
 	g.unsub()
 	g.events.close()
 }
@@ -401,8 +404,8 @@ type result struct {
 // execute runs the side effect of a claimed record to its end, heartbeating
 // the lease, and records the outcome.
 func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEffect) result {
-	stopBeat := g.heartbeat(rec.Key, rec.Owner)
-	defer stopBeat()
+	g.leases.hold(rec.Key, rec.Owner)
+	defer g.leases.release(rec.Owner)
 
 	var out Outcome
 	sentOnce := false
@@ -506,33 +509,6 @@ func (g *Guard) retryStore(ctx context.Context, f func(context.Context) error) e
 		time.Sleep(wait)
 		wait = min(wait*2, time.Second)
 	}
-}
-
-func (g *Guard) heartbeat(key, owner string) (stop func()) {
-	every := g.lease / 3
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), every)
-				err := g.store.Heartbeat(ctx, key, owner, g.clock.Now().Add(g.lease))
-				cancel()
-				if errors.Is(err, ErrLeaseLost) {
-					g.log.Warn("airlock: lease lost while the side effect runs", "key", key)
-					return
-				}
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }
 
 // answerExisting answers a call whose key already has a record.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,94 +12,145 @@ import (
 	"github.com/airlockhq/airlock"
 )
 
-// Group commit. Claims and completions that arrive while a writer is busy
-// are sent together as one statement: one round trip and one commit (one
-// WAL flush) for many callers. A batch that fails is retried op by op, so
-// one bad op never fails its neighbours.
+// Group commit. Claims and completions that arrive while a batch is being
+// sent wait and go together in the next one: one round trip and one commit
+// (one WAL flush) for many callers. A batch that fails is retried op by op,
+// so one bad op never fails its neighbours.
+//
+// The callers send the batches themselves: a caller that finds fewer than
+// Writers batches in flight leads, sending what is waiting, its own op
+// included; when its op is done and more wait, it hands the lead to the
+// first waiting caller. No writer goroutine sits between a caller and its
+// connection, so a call costs the Go scheduler one wake-up at most (the
+// result reaching a waiting caller) instead of a hop to a writer and back;
+// on a small machine those hops cost more CPU than the database work.
 
-type claimOp struct {
-	c    *airlock.Claim
-	done chan claimResult
-}
+// op is one claim or one completion on its way into a batch.
+type op struct {
+	claim    *airlock.Claim      // a claim, or
+	complete *airlock.Completion // a completion
 
-type claimResult struct {
-	inserted bool
+	inserted bool // claim: the row was inserted
 	err      error
+	// done receives true when the caller is to lead (send batches), false
+	// when the result is set. Room for both, so a send never blocks.
+	done chan bool
+	// taken: in a batch; handed: given the lead (both under batcher.mu).
+	taken, handed bool
 }
 
-type completeOp struct {
-	c    *airlock.Completion
-	done chan error
-}
-
-func (s *Store) startWriters(n, maxBatch int) {
-	s.claims = make(chan *claimOp, 1024)
-	s.completes = make(chan *completeOp, 1024)
-	s.stopWriters = make(chan struct{})
-	for range n {
-		s.writers.Add(1)
-		go s.writer(maxBatch)
+func (o *op) key() string {
+	if o.claim != nil {
+		return o.claim.Key
 	}
+	return o.complete.Key
 }
 
-func (s *Store) writer(maxBatch int) {
-	defer s.writers.Done()
-	var claims []*claimOp
-	var completes []*completeOp
-	stopping := false
-	for {
-		claims, completes = claims[:0], completes[:0]
-		if stopping {
-			// Finish what was queued before Close, then stop.
-			select {
-			case o := <-s.claims:
-				claims = append(claims, o)
-			case o := <-s.completes:
-				completes = append(completes, o)
-			default:
-				return
-			}
-		} else {
-			select {
-			case o := <-s.claims:
-				claims = append(claims, o)
-			case o := <-s.completes:
-				completes = append(completes, o)
-			case <-s.stopWriters:
-				stopping = true
-				continue
-			}
-		}
-	fill:
-		for len(claims)+len(completes) < maxBatch {
-			select {
-			case o := <-s.claims:
-				claims = append(claims, o)
-			case o := <-s.completes:
-				completes = append(completes, o)
-			default:
-				break fill
-			}
-		}
-		s.flush(claims, completes)
+// finish sets the result and wakes the caller.
+func (o *op) finish(inserted bool, err error) {
+	o.inserted, o.err = inserted, err
+	o.done <- false
+}
+
+// batcher holds the ops waiting for a batch.
+type batcher struct {
+	mu         sync.Mutex
+	idle       *sync.Cond // signalled when no one leads
+	pending    []*op
+	leaders    int // callers sending batches, or handed the lead
+	maxLeaders int
+	maxBatch   int
+	closed     bool
+}
+
+func (b *batcher) init(leaders, maxBatch int) {
+	b.idle = sync.NewCond(&b.mu)
+	b.maxLeaders, b.maxBatch = leaders, maxBatch
+}
+
+// submit puts an op into the next batch and returns when it is done. Once
+// queued the caller waits for the outcome whatever its context says,
+// because it must learn whether its write is durable.
+func (s *Store) submit(ctx context.Context, o *op) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-}
-
-// queue hands an op to the writers; once queued the caller waits for the
-// outcome whatever its context says, because it must learn whether its
-// write is durable.
-func queue[T any](ctx context.Context, s *Store, ch chan T, op T) error {
-	s.closeMu.RLock()
-	defer s.closeMu.RUnlock()
-	if s.closed {
+	o.done = make(chan bool, 2)
+	b := &s.batch
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
 		return errClosed
 	}
-	select {
-	case ch <- op:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	b.pending = append(b.pending, o)
+	lead := b.leaders < b.maxLeaders
+	if lead {
+		b.leaders++
 	}
+	b.mu.Unlock()
+	for {
+		if lead {
+			s.lead(o)
+		}
+		if lead = <-o.done; !lead {
+			return nil
+		}
+	}
+}
+
+// lead sends batches until the leader's own op has been taken into one;
+// then, if ops still wait, it hands the lead to the first of them.
+func (s *Store) lead(me *op) {
+	b := &s.batch
+	b.mu.Lock()
+	for {
+		if len(b.pending) == 0 {
+			b.leaders--
+			if b.leaders == 0 {
+				b.idle.Broadcast()
+			}
+			b.mu.Unlock()
+			return
+		}
+		if me.taken {
+			// Pass the lead to the first waiting caller that does not
+			// have it yet (the count stays); if all have it, step down.
+			for _, next := range b.pending {
+				if !next.handed {
+					next.handed = true
+					next.done <- true
+					b.mu.Unlock()
+					return
+				}
+			}
+			b.leaders--
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(b.pending), b.maxBatch)
+		batch := make([]*op, n)
+		copy(batch, b.pending)
+		for _, o := range batch {
+			o.taken = true
+		}
+		rest := copy(b.pending, b.pending[n:])
+		clear(b.pending[rest:])
+		b.pending = b.pending[:rest]
+		b.mu.Unlock()
+		s.flush(batch)
+		b.mu.Lock()
+	}
+}
+
+// closeBatches refuses new ops and waits for the queued ones to be sent.
+func (s *Store) closeBatches() {
+	b := &s.batch
+	b.mu.Lock()
+	b.closed = true
+	for b.leaders > 0 {
+		b.idle.Wait()
+	}
+	b.mu.Unlock()
 }
 
 // dedupe sorts ops by key and splits off later ops on a key already in the
@@ -133,7 +185,7 @@ const claimBatchSQL = `WITH ins AS (
 		FROM ins JOIN unnest($1::text[], $11::text[]) AS x(k, actor) ON x.k = ins.key)
 	SELECT key FROM ins`
 
-func claimArgs(ops []*claimOp) []any {
+func claimArgs(ops []*op) []any {
 	n := len(ops)
 	keys, tools, runs, windows := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	args, hashes, owners := make([]string, n), make([]string, n), make([]string, n)
@@ -141,7 +193,7 @@ func claimArgs(ops []*claimOp) []any {
 	expires := make([]*time.Time, n)
 	actors := make([]string, n)
 	for i, o := range ops {
-		c := o.c
+		c := o.claim
 		actors[i] = airlock.ActorOr(c.Actor)
 		keys[i], tools[i], runs[i], windows[i] = c.Key, c.Tool, c.RunID, c.WindowID
 		args[i], hashes[i], owners[i] = string(c.Args), c.ArgsHash, c.Owner
@@ -155,32 +207,34 @@ func readKeys(rows pgx.Rows) (map[string]bool, error) {
 	defer rows.Close()
 	out := map[string]bool{}
 	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
-			return nil, err
-		}
-		k, _ := vals[0].(string)
-		out[k] = true
+		out[string(rows.RawValues()[0])] = true
 	}
 	return out, rows.Err()
 }
 
 // flush sends a batch of completions and claims as one pipeline: one round
 // trip, one implicit transaction, one commit.
-func (s *Store) flush(claims []*claimOp, completes []*completeOp) {
+func (s *Store) flush(ops []*op) {
 	ctx := context.Background()
-	claims, claimRest := dedupe(claims, func(o *claimOp) string { return o.c.Key })
-	completes, completeRest := dedupe(completes, func(o *completeOp) string { return o.c.Key })
+	batch, rest := dedupe(ops, (*op).key)
+	var claims, completes []*op
+	for _, o := range batch {
+		if o.claim != nil {
+			claims = append(claims, o)
+		} else {
+			completes = append(completes, o)
+		}
+	}
 
 	// Completions go one statement each (an UPDATE by primary key; a
-	// set-based UPDATE … FROM unnest is planned as a join over the whole
-	// table), claims as one set-based INSERT; all in one pipeline.
+	// set-based UPDATE … FROM unnest costs the database more), claims as
+	// one set-based INSERT; all in one pipeline.
 	var b pgx.Batch
 	for _, o := range completes {
 		if s.noAudit {
-			b.Queue(completeSQLNoAudit, completeArgs(o.c)[:6]...)
+			b.Queue(completeSQLNoAudit, completeArgs(o.complete)[:6]...)
 		} else {
-			b.Queue(completeSQL, completeArgs(o.c)...)
+			b.Queue(completeSQL, completeArgs(o.complete)...)
 		}
 	}
 	if len(claims) > 0 {
@@ -190,21 +244,17 @@ func (s *Store) flush(claims []*claimOp, completes []*completeOp) {
 			b.Queue(claimBatchSQL, claimArgs(claims)...)
 		}
 	}
-	completed := map[string]bool{}
+	completed := make([]bool, len(completes))
 	var inserted map[string]bool
 	br := s.pool.SendBatch(ctx, &b)
 	var err error
-	for range completes {
+	for i := range completes {
 		var rows pgx.Rows
-		var got map[string]bool
 		if rows, err = br.Query(); err == nil {
-			got, err = readKeys(rows)
+			completed[i], err = readAny(rows)
 		}
 		if err != nil {
 			break
-		}
-		for k := range got {
-			completed[k] = true
 		}
 	}
 	if err == nil && len(claims) > 0 {
@@ -221,28 +271,37 @@ func (s *Store) flush(claims []*claimOp, completes []*completeOp) {
 		// Nothing of the batch was committed. Retry op by op: if the
 		// database is down each fails; a bad op fails alone.
 		for _, o := range completes {
-			o.done <- s.completeOne(ctx, o.c)
+			o.finish(false, s.completeOne(ctx, o.complete))
 		}
 		for _, o := range claims {
-			ins, err := s.claimOne(ctx, o.c)
-			o.done <- claimResult{ins, err}
+			o.finish(s.claimOne(ctx, o.claim))
 		}
 	} else {
-		for _, o := range completes {
-			if completed[o.c.Key] {
-				s.publish(o.c.Key)
-				o.done <- nil
+		for i, o := range completes {
+			if completed[i] {
+				s.publish(o.complete.Key)
+				o.finish(false, nil)
 			} else {
-				o.done <- airlock.ErrLeaseLost
+				o.finish(false, airlock.ErrLeaseLost)
 			}
 		}
 		for _, o := range claims {
-			o.done <- claimResult{inserted[o.c.Key], nil}
+			o.finish(inserted[o.claim.Key], nil)
 		}
 	}
-	if len(claimRest)+len(completeRest) > 0 {
-		s.flush(claimRest, completeRest)
+	if len(rest) > 0 {
+		s.flush(rest)
 	}
+}
+
+// readAny reports whether a statement returned a row.
+func readAny(rows pgx.Rows) (bool, error) {
+	defer rows.Close()
+	found := false
+	for rows.Next() {
+		found = true
+	}
+	return found, rows.Err()
 }
 
 // The statements without audit events, for measuring the audit log's cost.

@@ -34,8 +34,9 @@ type Config struct {
 	// PollInterval is how often waiters re-read a running record in case a
 	// notification was missed (while the listener reconnects). Default 1s.
 	PollInterval time.Duration
-	// Writers is how many connections send batched claims and completions
-	// at once. Default 2: on a small machine fewer, fuller batches cost the database less CPU.
+	// Writers is how many batches of claims and completions are sent at
+	// once, each on its own connection. Default 2: on a small machine fewer,
+	// fuller batches cost the database less CPU.
 	Writers int
 	// MaxBatch bounds the claims and completions sent in one statement.
 	// Default 128.
@@ -59,14 +60,9 @@ type Store struct {
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 
-	claims      chan *claimOp
-	completes   chan *completeOp
-	stopWriters chan struct{}
-	writers     sync.WaitGroup
-	closeOnce   sync.Once
-	closeMu     sync.RWMutex
-	closed      bool
-	noAudit     bool
+	batch     batcher
+	closeOnce sync.Once
+	noAudit   bool
 }
 
 var errClosed = errors.New("postgres: store closed")
@@ -103,7 +99,7 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if batch <= 0 {
 		batch = 128
 	}
-	s.startWriters(writers, batch)
+	s.batch.init(writers, batch)
 	return s, nil
 }
 
@@ -113,11 +109,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Close stops the listener and closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeMu.Lock()
-		s.closed = true
-		s.closeMu.Unlock()
-		close(s.stopWriters)
-		s.writers.Wait()
+		s.closeBatches()
 	})
 	s.listenMu.Lock()
 	if s.stop != nil {

@@ -61,15 +61,14 @@ func nullText(b []byte) *string {
 // (group commit); a claim that finds the key taken reads the record.
 func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, bool, error) {
 	for {
-		o := &claimOp{c: c, done: make(chan claimResult, 1)}
-		if err := queue(ctx, s, s.claims, o); err != nil {
+		o := &op{claim: c}
+		if err := s.submit(ctx, o); err != nil {
 			return nil, false, err
 		}
-		r := <-o.done
-		if r.err != nil {
-			return nil, false, r.err
+		if o.err != nil {
+			return nil, false, o.err
 		}
-		if r.inserted {
+		if o.inserted {
 			return &airlock.Record{
 				Key: c.Key, Tool: c.Tool, RunID: c.RunID, WindowID: c.WindowID, State: airlock.StateRunning,
 				Args: c.Args, ArgsHash: c.ArgsHash, Owner: c.Owner, LeaseUntil: c.LeaseUntil, Attempts: 1,
@@ -108,11 +107,11 @@ func (s *Store) claimOne(ctx context.Context, c *airlock.Claim) (bool, error) {
 // sent, because NOTIFY takes a database-wide lock at commit and would
 // serialise every completion.
 func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
-	o := &completeOp{c: c, done: make(chan error, 1)}
-	if err := queue(ctx, s, s.completes, o); err != nil {
+	o := &op{complete: c}
+	if err := s.submit(ctx, o); err != nil {
 		return err
 	}
-	return <-o.done
+	return o.err
 }
 
 func (s *Store) completeOne(ctx context.Context, c *airlock.Completion) error {

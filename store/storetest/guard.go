@@ -490,6 +490,63 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("HeartbeatsKeepALongCallsLease", func(t *testing.T) {
+		t.Parallel()
+		// The side effect runs for several leases; a reaper sweeps all
+		// the while. Heartbeats must keep the record running, and the
+		// call must end succeeded with one execution.
+		const lease = 600 * time.Millisecond
+		b := setup(t, newStore, &airlock.GuardConfig{Lease: lease})
+		reaper := airlock.NewGuard(b.store, &airlock.GuardConfig{Lease: lease})
+		t.Cleanup(reaper.Close)
+		tool := Tool("approve", "forever")
+		args := `{"record_id":"` + Key("WD") + `"}`
+		d, _, err := b.guard.Derive(call(tool, args, "r"))
+		must(t, err)
+		c := counter{delay: 4 * lease}
+		done := make(chan *airlock.Answer, 1)
+		go func() {
+			a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- a
+		}()
+		var first time.Time
+		for {
+			select {
+			case a := <-done:
+				if a == nil || a.Status != airlock.StatusSucceeded || c.n.Load() != 1 {
+					t.Fatalf("long call: %+v, executions %d", a, c.n.Load())
+				}
+				rec, err := b.store.Get(b.ctx, d.Key)
+				must(t, err)
+				if rec.State != airlock.StateSucceeded {
+					t.Fatalf("record after a long call: %+v", rec)
+				}
+				return
+			case <-time.After(lease / 6):
+			}
+			st, err := reaper.Reap(b.ctx)
+			must(t, err)
+			if st.InDoubt != 0 || st.Redriven != 0 {
+				t.Fatalf("the reaper took a record whose owner was heartbeating: %+v", st)
+			}
+			rec, err := b.store.Get(b.ctx, d.Key)
+			if errors.Is(err, airlock.ErrNotFound) {
+				continue // not claimed yet
+			}
+			must(t, err)
+			if rec.State == airlock.StateRunning {
+				if first.IsZero() {
+					first = rec.LeaseUntil
+				} else if time.Since(rec.CreatedAt) > 2*lease && !rec.LeaseUntil.After(first) {
+					t.Fatalf("the lease was not extended: claimed with %v, still %v", first, rec.LeaseUntil)
+				}
+			}
+		}
+	})
+
 	t.Run("ReaperRedrivesWhenKeysAreHonoured", func(t *testing.T) {
 		t.Parallel()
 		tool := Tool("approve", "forever")

@@ -1,0 +1,117 @@
+package airlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// leaseKeeper keeps alive the leases of the side effects a guard is running:
+// one loop renews every held lease a third of a lease after its last
+// renewal, instead of a goroutine and a ticker for each call. The loop runs
+// while leases are held and stops when none are (or the guard closes), so
+// an idle guard runs no goroutine.
+type leaseKeeper struct {
+	g     *Guard
+	every time.Duration // renew a lease this long after its last renewal: lease/3
+	tick  time.Duration // how often the loop looks: every/2, so a renewal is at most lease/2 late
+
+	mu      sync.Mutex
+	held    map[string]*heldLease // by owner: one per running call
+	running bool
+	closed  bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type heldLease struct {
+	key, owner string
+	renewAt    time.Time // wall clock
+}
+
+// renewers bounds the heartbeats sent at once in one round.
+const renewers = 8
+
+func newLeaseKeeper(g *Guard) *leaseKeeper {
+	every := g.lease / 3
+	return &leaseKeeper{g: g, every: every, tick: max(every/2, time.Millisecond), held: map[string]*heldLease{}, stop: make(chan struct{})}
+}
+
+// hold starts renewing the lease of a claimed record; release stops it.
+func (k *leaseKeeper) hold(key, owner string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.held[owner] = &heldLease{key: key, owner: owner, renewAt: time.Now().Add(k.every)}
+	if !k.running && !k.closed {
+		k.running = true
+		k.wg.Add(1)
+		go k.loop()
+	}
+}
+
+func (k *leaseKeeper) release(owner string) {
+	k.mu.Lock()
+	delete(k.held, owner)
+	k.mu.Unlock()
+}
+
+func (k *leaseKeeper) close() {
+	k.mu.Lock()
+	if !k.closed {
+		k.closed = true
+		close(k.stop)
+	}
+	k.mu.Unlock()
+	k.wg.Wait()
+}
+
+func (k *leaseKeeper) loop() {
+	defer k.wg.Done()
+	t := time.NewTicker(k.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		k.mu.Lock()
+		if len(k.held) == 0 {
+			k.running = false
+			k.mu.Unlock()
+			return
+		}
+		var due []*heldLease
+		for _, h := range k.held {
+			if !now.Before(h.renewAt) {
+				h.renewAt = now.Add(k.every)
+				due = append(due, h)
+			}
+		}
+		k.mu.Unlock()
+		k.renew(due)
+	}
+}
+
+// renew sends the heartbeats of one round, a few at a time.
+func (k *leaseKeeper) renew(due []*heldLease) {
+	sem := make(chan struct{}, renewers)
+	var wg sync.WaitGroup
+	for _, h := range due {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), k.every)
+			err := k.g.store.Heartbeat(ctx, h.key, h.owner, k.g.clock.Now().Add(k.g.lease))
+			cancel()
+			if errors.Is(err, ErrLeaseLost) {
+				k.g.log.Warn("airlock: lease lost while the side effect runs", "key", h.key)
+				k.release(h.owner)
+			}
+		}()
+	}
+	wg.Wait()
+}
