@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,9 +243,13 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 		return nil, err
 	}
 	canon := CanonicalArgs(args)
+	hash := ArgsHash(canon)
+	if normalizes(args, d.Parts.Fields) {
+		hash = ArgsHash(CanonicalArgs(NormalizeKeyFields(c.Tool, args)))
+	}
 	return g.do(ctx, &prepared{
 		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
-		args: args, canon: canon, hash: ArgsHash(CanonicalArgs(NormalizeKeyFields(c.Tool, args))),
+		args: args, canon: canon, hash: hash,
 		expiresAt: g.expiresAt(d, start), start: start,
 	}, fn)
 }
@@ -632,7 +637,21 @@ func (g *Guard) get(ctx context.Context, key string) (*Record, error) {
 }
 
 func (g *Guard) newOwner() string {
-	return fmt.Sprintf("%s-%d", g.ownerPrefix, g.seq.Add(1))
+	return g.ownerPrefix + "-" + strconv.FormatUint(g.seq.Add(1), 10)
+}
+
+// normalizes reports whether NormalizeKeyFields would change args: some
+// natural-key field is not a string or its normalizers change it. When
+// nothing changes, the arguments' hash is the hash of their canonical form
+// as sent, and the copy is not needed.
+func normalizes(args map[string]any, parts []KeyPart) bool {
+	for _, p := range parts {
+		v, _ := lookupPath(args, p.Field)
+		if s, ok := v.(string); !ok || s != p.Value {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Guard) expiresAt(d *Derivation, now time.Time) time.Time {

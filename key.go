@@ -87,12 +87,45 @@ func DeriveKey(in KeyInput) (*Derivation, error) {
 }
 
 func canonical(tool string, values [][2]string, windowID string) string {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	// Encoding a slice of strings cannot fail.
-	_ = enc.Encode([]any{KeyVersion, tool, values, windowID})
-	return strings.TrimSuffix(buf.String(), "\n")
+	buf := make([]byte, 0, 64+len(tool)+len(windowID)+32*len(values))
+	buf = append(buf, '[')
+	buf = appendJSONString(buf, KeyVersion)
+	buf = append(buf, ',')
+	buf = appendJSONString(buf, tool)
+	buf = append(buf, ",["...)
+	for i, v := range values {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '[')
+		buf = appendJSONString(buf, v[0])
+		buf = append(buf, ',')
+		buf = appendJSONString(buf, v[1])
+		buf = append(buf, ']')
+	}
+	buf = append(buf, "],"...)
+	buf = appendJSONString(buf, windowID)
+	buf = append(buf, ']')
+	return string(buf)
+}
+
+// appendJSONString appends s as encoding/json writes it without HTML
+// escaping. Printable ASCII without quote or backslash, the usual case,
+// is copied; anything else goes through encoding/json, so the canonical
+// form is exactly what it has always been (TestCanonicalMatchesEncodingJSON).
+func appendJSONString(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			var b bytes.Buffer
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
+			_ = enc.Encode(s) // a string always encodes
+			return append(buf, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
 }
 
 func hashKey(canonical string) string {
