@@ -26,24 +26,45 @@ type pendingKey struct{}
 type pendingEvents struct{ events []*airlock.AuditEvent }
 
 // eventsPerInsert keeps a multi-row INSERT under SQLite's parameter limit.
-const eventsPerInsert = 500
+const eventsPerInsert = 256
 
-func (p *pendingEvents) flush(ctx context.Context, tx *sql.Tx) error {
+// auditInsertSQL inserts n events.
+func auditInsertSQL(n int) string {
+	var q strings.Builder
+	q.WriteString(`INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash) VALUES `)
+	for i := range n {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
+	}
+	return q.String()
+}
+
+// auditInserts are the multi-row INSERTs for 1, 2, 4 … eventsPerInsert
+// events; a batch's events go in chunks of those sizes, so that a few
+// statements, prepared once, serve every batch.
+var auditInserts = func() map[int]string {
+	m := map[int]string{}
+	for n := 1; n <= eventsPerInsert; n *= 2 {
+		m[n] = auditInsertSQL(n)
+	}
+	return m
+}()
+
+func (p *pendingEvents) flush(ctx context.Context, s *Store, tx *sql.Tx) error {
 	for len(p.events) > 0 {
-		n := min(len(p.events), eventsPerInsert)
+		n := 1
+		for n*2 <= min(len(p.events), eventsPerInsert) {
+			n *= 2
+		}
 		chunk := p.events[:n]
 		p.events = p.events[n:]
-		var q strings.Builder
-		q.WriteString(`INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash) VALUES `)
 		args := make([]any, 0, 12*n)
-		for i, e := range chunk {
-			if i > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
+		for _, e := range chunk {
 			args = append(args, auditArgs(e)...)
 		}
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		if _, err := s.exec(ctx, tx, auditInserts[n], args...); err != nil {
 			return err
 		}
 	}

@@ -74,6 +74,18 @@ func nullText(b []byte) any {
 	return string(b)
 }
 
+// The statements of every call, prepared once (see stmts.go).
+const (
+	claimSQL = `INSERT INTO airlock_records (` + recordColumns + `)
+		VALUES (?, ?, ?, ?, 'running', ?, ?, NULL, '', ?, ?, 1, ?, ?, ?)
+		ON CONFLICT (key) DO NOTHING`
+	completeSQL = `UPDATE airlock_records
+		SET state = ?, result = ?, note = ?, owner = '', updated_at = ?
+		WHERE key = ? AND owner = ? AND state = 'running' RETURNING tool, run_id`
+	heartbeatSQL = `UPDATE airlock_records SET lease_until = ?
+		WHERE key = ? AND owner = ? AND state = 'running'`
+)
+
 // Claim implements airlock.Store.
 func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, bool, error) {
 	var (
@@ -81,9 +93,7 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 		claimed bool
 	)
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO airlock_records (`+recordColumns+`)
-			VALUES (?, ?, ?, ?, 'running', ?, ?, NULL, '', ?, ?, 1, ?, ?, ?)
-			ON CONFLICT (key) DO NOTHING`,
+		res, err := s.exec(ctx, tx, claimSQL,
 			c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner,
 			micros(c.LeaseUntil), micros(c.Now), micros(c.Now), nullMicros(c.ExpiresAt))
 		if err != nil {
@@ -120,9 +130,7 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 	lost := false
 	err := s.do(ctx, c.Key, func(ctx context.Context, tx *sql.Tx) error {
 		var tool, run string
-		err := tx.QueryRowContext(ctx, `UPDATE airlock_records
-			SET state = ?, result = ?, note = ?, owner = '', updated_at = ?
-			WHERE key = ? AND owner = ? AND state = 'running' RETURNING tool, run_id`,
+		err := s.queryRow(ctx, tx, completeSQL,
 			string(c.State), nullText(c.Result), c.Note, micros(c.Now), c.Key, c.Owner).Scan(&tool, &run)
 		if errors.Is(err, sql.ErrNoRows) {
 			lost = true
@@ -166,8 +174,7 @@ func (s *Store) Release(ctx context.Context, key, owner string) error {
 func (s *Store) Heartbeat(ctx context.Context, key, owner string, leaseUntil time.Time) error {
 	lost := false
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE airlock_records SET lease_until = ?
-			WHERE key = ? AND owner = ? AND state = 'running'`, micros(leaseUntil), key, owner)
+		res, err := s.exec(ctx, tx, heartbeatSQL, micros(leaseUntil), key, owner)
 		if err != nil {
 			return err
 		}

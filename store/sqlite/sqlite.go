@@ -62,6 +62,7 @@ type Store struct {
 	isClosed bool
 
 	noAudit bool
+	stmts   stmts // used by the writer goroutine only
 
 	subMu sync.RWMutex
 	subs  map[int]func(string)
@@ -159,7 +160,7 @@ func (s *Store) Close() error {
 	s.closeMu.Unlock()
 	close(s.closed)
 	s.wg.Wait()
-	return errors.Join(s.write.Close(), s.read.Close())
+	return errors.Join(s.stmts.close(), s.write.Close(), s.read.Close())
 }
 
 // writer commits queued writes in batches: every op that is waiting when a
@@ -229,6 +230,7 @@ func (s *Store) runBatch(batch []*op) (err error) {
 	// statement per event.
 	events := &pendingEvents{}
 	ctx := context.WithValue(context.Background(), pendingKey{}, events)
+	defer s.stmts.prepareWanted(ctx, s.write)
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -243,7 +245,7 @@ func (s *Store) runBatch(batch []*op) (err error) {
 			return err
 		}
 	}
-	if err := events.flush(ctx, tx); err != nil {
+	if err := events.flush(ctx, s, tx); err != nil {
 		return err
 	}
 	return tx.Commit()
