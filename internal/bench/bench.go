@@ -311,7 +311,10 @@ func BenchTool() *airlock.Tool {
 // Call implements Caller.
 func (g *GuardCaller) Call(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
 	executed := false
-	args, _ := json.Marshal(map[string]string{"record_id": key})
+	// The arguments as a client sends them; written directly rather than
+	// through encoding/json so that the harness measures airlock, not the
+	// marshalling of a map (keys are letters, digits and dashes).
+	args := []byte(`{"record_id":"` + key + `"}`)
 	ans, err := g.Guard.Do(ctx, &airlock.Call{Tool: g.Tool, Args: args}, func(context.Context, string) airlock.Outcome {
 		executed = true
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: fn()}
