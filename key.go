@@ -130,7 +130,7 @@ func appendJSONString(buf []byte, s string) []byte {
 
 func hashKey(canonical string) string {
 	sum := sha256.Sum256([]byte(canonical))
-	return hex.EncodeToString(sum[:])[:32]
+	return hex.EncodeToString(sum[:16]) // the first 32 hex digits
 }
 
 func keyPart(args map[string]any, kf KeyField) (KeyPart, error) {
@@ -184,6 +184,11 @@ func jsonTypeName(v any) string {
 
 // lookupPath follows a dotted path through objects (and, by index, arrays).
 func lookupPath(v any, path string) (any, bool) {
+	if m, ok := v.(map[string]any); ok && !strings.Contains(path, ".") {
+		// A top-level field, the usual natural key.
+		x, ok := m[path]
+		return x, ok
+	}
 	cur := v
 	for _, seg := range strings.Split(path, ".") {
 		switch c := cur.(type) {
