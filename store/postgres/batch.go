@@ -125,7 +125,7 @@ func (s *Store) lead(me *op) {
 					return
 				}
 			}
-			b.leaders--
+			b.leaders-- // at least the callers handed the lead remain
 			b.mu.Unlock()
 			return
 		}
