@@ -1,6 +1,7 @@
 package airlock
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -360,6 +361,12 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 		if err != nil {
 			return nil, storeErr("claim", err)
 		}
+		if !claimed && rec != nil && rec.Owner == claim.Owner && rec.State == StateRunning {
+			// The record is this call's own claim: the store committed it
+			// but lost the reply and, retrying, found the key taken. Owners
+			// are unique to a call, so nobody else holds it.
+			claimed = true
+		}
 		if claimed {
 			break
 		}
@@ -468,6 +475,11 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 		comp.Now = g.clock.Now()
 		return g.store.Complete(ctx, comp)
 	})
+	if errors.Is(err, ErrLeaseLost) && g.recorded(ctx, comp) {
+		// The store committed this outcome but lost the reply and, retrying,
+		// found the record no longer running.
+		err = nil
+	}
 	g.hub.notify(rec.Key)
 	if err != nil {
 		// The side effect ran but its outcome could not be recorded: the
@@ -482,6 +494,14 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 		g.cache.put(&final)
 	}
 	return result{answer: answerFor(&final, false)}
+}
+
+// recorded reports whether the record already holds this completion: its
+// state, result and note, released, and changed at the completion's time.
+func (g *Guard) recorded(ctx context.Context, comp *Completion) bool {
+	rec, err := g.store.Get(ctx, comp.Key)
+	return err == nil && rec.State == comp.State && rec.Owner == "" && rec.Note == comp.Note &&
+		bytes.Equal(rec.Result, comp.Result) && rec.UpdatedAt.Sub(comp.Now).Abs() < time.Microsecond
 }
 
 // run calls fn, turning a panic into an unknown outcome: a side effect that

@@ -490,6 +490,37 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("ALostReplyIsNotALostWrite", func(t *testing.T) {
+		t.Parallel()
+		// The database commits a claim, then a completion, but the reply
+		// is lost each time and the store, retrying, finds the key taken
+		// and then the record no longer running: the call must still run
+		// once and end succeeded, not wait for itself or go in doubt.
+		s := &lostReplies{Store: newStore(t)}
+		g := airlock.NewGuard(s, nil)
+		t.Cleanup(g.Close)
+		ctx := context.Background()
+		tool := Tool("approve", "forever")
+		args := `{"record_id":"` + Key("WD") + `"}`
+		var c counter
+		a, err := g.Do(ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusSucceeded || a.Repeat || c.n.Load() != 1 || !s.claimLost.Load() || !s.completeLost.Load() {
+			t.Fatalf("first call with lost replies: %+v, executions %d, replies lost: claim %v completion %v",
+				a, c.n.Load(), s.claimLost.Load(), s.completeLost.Load())
+		}
+		rec, err := s.Get(ctx, a.Key)
+		must(t, err)
+		if rec.State != airlock.StateSucceeded {
+			t.Fatalf("record: %+v", rec)
+		}
+		a, err = g.Do(ctx, call(tool, args, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusSucceeded || !a.Repeat || c.n.Load() != 1 {
+			t.Fatalf("repeat: %+v, executions %d", a, c.n.Load())
+		}
+	})
+
 	t.Run("HeartbeatsKeepALongCallsLease", func(t *testing.T) {
 		t.Parallel()
 		// The side effect runs for several leases; a reaper sweeps all
@@ -803,4 +834,31 @@ func runConcurrency(t *testing.T, newStore NewStore) {
 			}
 		}
 	})
+}
+
+// lostReplies is a store whose first claim and first completion are
+// committed but answered as a store that lost the reply and retried would
+// answer them: the key taken (by the claim itself), the record no longer
+// running (completed by the completion itself). The database cannot be
+// made to drop a reply on cue; this is what the drivers return when it does.
+type lostReplies struct {
+	airlock.Store
+	claimLost, completeLost atomic.Bool
+}
+
+func (s *lostReplies) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, bool, error) {
+	rec, claimed, err := s.Store.Claim(ctx, c)
+	if err != nil || !claimed || !s.claimLost.CompareAndSwap(false, true) {
+		return rec, claimed, err
+	}
+	rec, err = s.Store.Get(ctx, c.Key)
+	return rec, false, err
+}
+
+func (s *lostReplies) Complete(ctx context.Context, c *airlock.Completion) error {
+	err := s.Store.Complete(ctx, c)
+	if err != nil || !s.completeLost.CompareAndSwap(false, true) {
+		return err
+	}
+	return airlock.ErrLeaseLost
 }
