@@ -95,7 +95,7 @@ type GuardConfig struct {
 	// Clock tells the time. Default: the system clock.
 	Clock Clock
 	// Lease is how long a claim holds without a heartbeat. Default 30s;
-	// heartbeats come every Lease/3.
+	// a running call renews it about every Lease/3 (at most Lease/2 apart).
 	Lease time.Duration
 	// CacheSize bounds the in-process cache of completed records that
 	// serves repeats without a database read. Default 10000; negative disables.
@@ -244,13 +244,13 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 		return nil, err
 	}
 	canon := CanonicalArgs(args)
-	hash := ArgsHash(canon)
+	hashed := canon // what the arguments' hash covers: key fields normalized
 	if normalizes(args, d.Parts.Fields) {
-		hash = ArgsHash(CanonicalArgs(NormalizeKeyFields(c.Tool, args)))
+		hashed = CanonicalArgs(NormalizeKeyFields(c.Tool, args))
 	}
 	return g.do(ctx, &prepared{
 		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
-		args: args, canon: canon, hash: hash,
+		args: args, canon: canon, hash: ArgsHash(hashed),
 		expiresAt: g.expiresAt(d, start), start: start,
 	}, fn)
 }
@@ -658,20 +658,6 @@ func (g *Guard) get(ctx context.Context, key string) (*Record, error) {
 
 func (g *Guard) newOwner() string {
 	return g.ownerPrefix + "-" + strconv.FormatUint(g.seq.Add(1), 10)
-}
-
-// normalizes reports whether NormalizeKeyFields would change args: some
-// natural-key field is not a string or its normalizers change it. When
-// nothing changes, the arguments' hash is the hash of their canonical form
-// as sent, and the copy is not needed.
-func normalizes(args map[string]any, parts []KeyPart) bool {
-	for _, p := range parts {
-		v, _ := lookupPath(args, p.Field)
-		if s, ok := v.(string); !ok || s != p.Value {
-			return true
-		}
-	}
-	return false
 }
 
 func (g *Guard) expiresAt(d *Derivation, now time.Time) time.Time {

@@ -321,6 +321,20 @@ func NormalizeKeyFields(t *Tool, args map[string]any) map[string]any {
 	return out
 }
 
+// normalizes reports whether NormalizeKeyFields would change args: some
+// natural-key field is not a string or its normalizers change it. When
+// nothing changes, the arguments' hash is the hash of their canonical form
+// as sent, and the copy is not needed.
+func normalizes(args map[string]any, parts []KeyPart) bool {
+	for _, p := range parts {
+		v, _ := lookupPath(args, p.Field)
+		if s, ok := v.(string); !ok || s != p.Value {
+			return true
+		}
+	}
+	return false
+}
+
 func copyMap(m map[string]any) map[string]any {
 	out := make(map[string]any, len(m))
 	for k, v := range m {

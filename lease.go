@@ -50,10 +50,13 @@ func (k *leaseKeeper) hold(key, owner string) {
 	}
 }
 
-func (k *leaseKeeper) release(owner string) {
+// release stops renewing; it reports whether the lease was still held.
+func (k *leaseKeeper) release(owner string) bool {
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, held := k.held[owner]
 	delete(k.held, owner)
-	k.mu.Unlock()
+	return held
 }
 
 func (k *leaseKeeper) close() {
@@ -107,9 +110,10 @@ func (k *leaseKeeper) renew(due []*heldLease) {
 			ctx, cancel := context.WithTimeout(context.Background(), k.every)
 			err := k.g.store.Heartbeat(ctx, h.key, h.owner, k.g.clock.Now().Add(k.g.lease))
 			cancel()
-			if errors.Is(err, ErrLeaseLost) {
+			if errors.Is(err, ErrLeaseLost) && k.release(h.owner) {
+				// Still held: the side effect runs on without its lease.
+				// (Not held: the call completed meanwhile, nothing lost.)
 				k.g.log.Warn("airlock: lease lost while the side effect runs", "key", h.key)
-				k.release(h.owner)
 			}
 		}()
 	}

@@ -86,9 +86,14 @@ type Settlement struct {
 type Store interface {
 	// Claim inserts the record as running, durably, unless one with the key
 	// exists; it returns the record and whether this call inserted it.
+	// A driver that retries a write whose commit was not acknowledged may
+	// find the claim it made itself and answer claimed false with that
+	// record (c.Owner's); the guard takes it as its own.
 	Claim(ctx context.Context, c *Claim) (rec *Record, claimed bool, err error)
 	// Complete moves a running record held by c.Owner to c.State.
-	// ErrLeaseLost when the record is not running under that owner.
+	// ErrLeaseLost when the record is not running under that owner (also
+	// when a retried write finds this very completion already committed;
+	// the guard checks the record for that).
 	Complete(ctx context.Context, c *Completion) error
 	// Release removes a running record held by owner (the request was never
 	// sent). ErrLeaseLost when it is not held by owner.

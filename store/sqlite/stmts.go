@@ -16,7 +16,7 @@ import (
 // prepared on that connection.
 type stmts struct {
 	byQuery map[string]*sql.Stmt
-	wanted  []string // ran unprepared in the current batch
+	wanted  map[string]bool // ran unprepared in the current batch
 }
 
 // preparable are the statements worth preparing.
@@ -35,7 +35,10 @@ func (st *stmts) stmt(q string) *sql.Stmt {
 		return p
 	}
 	if preparable[q] {
-		st.wanted = append(st.wanted, q)
+		if st.wanted == nil {
+			st.wanted = map[string]bool{}
+		}
+		st.wanted[q] = true
 	}
 	return nil
 }
@@ -43,10 +46,8 @@ func (st *stmts) stmt(q string) *sql.Stmt {
 // prepareWanted prepares what the last batch ran unprepared. It runs
 // between batches; a statement that fails to prepare runs unprepared.
 func (st *stmts) prepareWanted(ctx context.Context, db *sql.DB) {
-	for _, q := range st.wanted {
-		if st.byQuery[q] != nil {
-			continue
-		}
+	for q := range st.wanted {
+		delete(st.wanted, q)
 		p, err := db.PrepareContext(ctx, q)
 		if err != nil {
 			continue
@@ -56,7 +57,6 @@ func (st *stmts) prepareWanted(ctx context.Context, db *sql.DB) {
 		}
 		st.byQuery[q] = p
 	}
-	st.wanted = st.wanted[:0]
 }
 
 func (st *stmts) close() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,6 +85,64 @@ func RunAudit(t *testing.T, newStore NewStore, exec Exec) {
 
 // RunAuditEvents checks that state changes write their events.
 func RunAuditEvents(t *testing.T, newStore NewStore) {
+	t.Run("ConcurrentCallsWriteEachEventOnce", func(t *testing.T) {
+		t.Parallel()
+		// Concurrent calls share write batches, whose events the drivers
+		// insert together (SQLite in chunks of 1, 2, 4 … rows): every call
+		// must still have exactly one claimed and one completed event.
+		s := newStore(t)
+		g := airlock.NewGuard(s, nil)
+		tool := Tool("approve", "forever")
+		prefix := Key("WD")
+		const calls = 157
+		keys := make(chan string, calls)
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var c counter
+				a, err := g.Do(context.Background(), call(tool, fmt.Sprintf(`{"record_id":"%s-%d"}`, prefix, i), "r"), c.fn)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				keys <- a.Key
+			}()
+		}
+		wg.Wait()
+		g.Close()
+		close(keys)
+		want := map[string]bool{}
+		for k := range keys {
+			want[k] = true
+		}
+		for {
+			n, err := s.SealAudit(context.Background(), 1000)
+			must(t, err)
+			if n == 0 {
+				break
+			}
+		}
+		events, err := s.AuditLog(context.Background(), 0, 10*calls)
+		must(t, err)
+		seen := map[string]int{}
+		for _, e := range events {
+			if want[e.Key] {
+				seen[e.Kind+" "+e.Key]++
+			}
+		}
+		for k := range want {
+			if seen[airlock.EventClaimed+" "+k] != 1 || seen[airlock.EventCompleted+" "+k] != 1 {
+				t.Fatalf("key %s: %d claimed and %d completed events, want one each",
+					k, seen[airlock.EventClaimed+" "+k], seen[airlock.EventCompleted+" "+k])
+			}
+		}
+		if len(want) != calls {
+			t.Fatalf("%d calls answered, want %d", len(want), calls)
+		}
+	})
+
 	t.Run("ChangesWriteTheirEvents", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
