@@ -91,3 +91,76 @@ func TestNormalizesAgreesWithNormalizeKeyFields(t *testing.T) {
 		})
 	}
 }
+
+// canonicalArgsReference is CanonicalArgs written with encoding/json: the
+// definition that CanonicalArgs must match byte for byte.
+func canonicalArgsReference(args map[string]any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(args)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+func TestCanonicalArgsMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args string
+	}{
+		{"Empty", `{}`},
+		{"Plain", `{"withdrawal_id":"WD-24817","amount":"120.50"}`},
+		{"KeysSortedByBytes", `{"b":1,"a":2,"B":3,"é":4,"aa":5,"":6}`},
+		{"Numbers", `{"i":0,"n":-12,"f":1.50,"e":1E+3,"big":123456789012345678901234567890,"neg0":-0}`},
+		{"Nested", `{"o":{"z":[1,"x",null,true,false,{"k":[]}],"a":{}},"l":[[],[[]]]}`},
+		{"Escapes", `{"s":"a\"b\\c\n\t\u0000\u001f<&>\u2028\u2029😀","k\"ey":"v"}`},
+		{"InvalidUTF8", "{\"s\":\"a\xffb\"}"},
+		{"Whitespace", " { \"b\" : [ 1 , 2 ] ,\n\"a\" : \"x\" } "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args, err := ParseArgs([]byte(tc.args))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := CanonicalArgs(args), canonicalArgsReference(args); !bytes.Equal(got, want) {
+				t.Fatalf("CanonicalArgs:\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+	t.Run("ValuesParseArgsNeverMakes", func(t *testing.T) {
+		t.Parallel()
+		args := map[string]any{"f": 1.5, "i": 7, "nilmap": map[string]any(nil), "nillist": []any(nil),
+			"strs": []string{"a"}, "empty": json.Number(""), "n": json.Number("12")}
+		if got, want := CanonicalArgs(args), canonicalArgsReference(args); !bytes.Equal(got, want) {
+			t.Fatalf("CanonicalArgs:\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+func FuzzCanonicalArgsMatchesEncodingJSON(f *testing.F) {
+	f.Add(`{"withdrawal_id":"WD-24817","amount":120.50,"memo":"<b>\u2028</b>"}`)
+	f.Add(`{"a":{"b":[1,2,{"c":null}]},"A":true,"":-0.0e-0}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		args, err := ParseArgs([]byte(raw))
+		if err != nil {
+			return
+		}
+		if got, want := CanonicalArgs(args), canonicalArgsReference(args); !bytes.Equal(got, want) {
+			t.Fatalf("CanonicalArgs(%q):\n got %s\nwant %s", raw, got, want)
+		}
+	})
+}
+
+func TestIsJSONNumber(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		"0": true, "-0": true, "12": true, "1.5": true, "-1.5e10": true, "1E+3": true, "1e-3": true,
+		"": false, "-": false, "01": false, "1.": false, ".5": false, "1e": false, "1e+": false,
+		"+1": false, "0x1": false, "1.5.": false, "NaN": false, " 1": false,
+	} {
+		if got := isJSONNumber(s); got != want {
+			t.Errorf("isJSONNumber(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -239,12 +241,107 @@ func ParseArgs(raw []byte) (map[string]any, error) {
 // CanonicalArgs writes arguments in one form (keys sorted, no
 // insignificant whitespace, numbers as sent), so that equal arguments
 // compare equal whatever their field order.
+//
+// The bytes are those of encoding/json without HTML escaping; the values
+// ParseArgs produces (objects, arrays, strings, json.Number, bool, nil) are
+// written directly, since reflection over a map costs more than the rest of
+// a call's key work, and anything else goes through encoding/json.
 func CanonicalArgs(args map[string]any) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	return appendCanonicalValue(make([]byte, 0, 128), args)
+}
+
+func appendCanonicalValue(buf []byte, v any) []byte {
+	switch x := v.(type) {
+	case map[string]any:
+		if x == nil {
+			return append(buf, "null"...)
+		}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys) // encoding/json sorts map keys by their bytes too
+		buf = append(buf, '{')
+		for i, k := range keys {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendJSONString(buf, k)
+			buf = append(buf, ':')
+			buf = appendCanonicalValue(buf, x[k])
+		}
+		return append(buf, '}')
+	case []any:
+		if x == nil {
+			return append(buf, "null"...)
+		}
+		buf = append(buf, '[')
+		for i, e := range x {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendCanonicalValue(buf, e)
+		}
+		return append(buf, ']')
+	case string:
+		return appendJSONString(buf, x)
+	case bool:
+		return strconv.AppendBool(buf, x)
+	case nil:
+		return append(buf, "null"...)
+	case json.Number:
+		if isJSONNumber(string(x)) {
+			return append(buf, x...)
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(args) // decoded JSON always encodes
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if err := enc.Encode(v); err != nil {
+		return append(buf, "null"...) // not JSON (a NaN, a channel): ParseArgs never yields one
+	}
+	return append(buf, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
+}
+
+// isJSONNumber reports whether s is a number as JSON writes it, which is
+// how encoding/json decides to copy a json.Number verbatim.
+func isJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if i == len(s) || s[i] < '0' || s[i] > '9' {
+			return false
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i == len(s) || s[i] < '0' || s[i] > '9' {
+			return false
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	return i == len(s)
 }
 
 // ArgsHash is the hex SHA-256 of CanonicalArgs.
