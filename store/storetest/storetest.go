@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,6 +70,53 @@ func runStore(t *testing.T, newStore NewStore) {
 		}
 		if !got.LeaseUntil.Equal(now.Add(time.Minute)) || !got.ExpiresAt.Equal(now.Add(time.Hour)) {
 			t.Fatalf("times: lease %v expires %v", got.LeaseUntil, got.ExpiresAt)
+		}
+	})
+
+	t.Run("ClaimsKeepEveryCharacter", func(t *testing.T) {
+		t.Parallel()
+		// Concurrent claims share one statement (the drivers write their
+		// text columns as arrays): every character must come back as sent.
+		s := newStore(t)
+		odd := []string{``, `NULL`, `"`, `\`, `\"`, `a,b`, `{x}`, `{"a":"b\\c"}`, ` lead and trail `, "line\nbreak\ttab",
+			`'single'`, `Zoë €5 😀`, `\N`, `}{`, `""`, `$1`}
+		prefix := Key("odd")
+		var wg sync.WaitGroup
+		for i, v := range odd {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				args, _ := json.Marshal(map[string]string{"v": v})
+				c := &airlock.Claim{Key: fmt.Sprintf("%s-%d%s", prefix, i, v), Tool: "tool" + v, RunID: v, WindowID: "w" + v,
+					Args: args, ArgsHash: v, Owner: "owner" + v, Actor: "actor" + v, Now: now, LeaseUntil: now.Add(time.Minute)}
+				if _, claimed, err := s.Claim(ctx, c); err != nil || !claimed {
+					t.Errorf("claim %q: claimed=%v err=%v", v, claimed, err)
+					return
+				}
+				got, err := s.Get(ctx, c.Key)
+				if err != nil {
+					t.Errorf("get %q: %v", v, err)
+					return
+				}
+				if got.Tool != c.Tool || got.RunID != c.RunID || got.WindowID != c.WindowID || string(got.Args) != string(args) ||
+					got.ArgsHash != c.ArgsHash || got.Owner != c.Owner {
+					t.Errorf("value %q came back as %+v", v, got)
+				}
+			}()
+		}
+		wg.Wait()
+		events, err := s.AuditSince(ctx, now.Add(-time.Second), 1000)
+		must(t, err)
+		actors := map[string]string{}
+		for _, e := range events {
+			if e.Kind == airlock.EventClaimed && strings.HasPrefix(e.Key, prefix) {
+				actors[e.Key] = e.Actor
+			}
+		}
+		for i, v := range odd {
+			if key := fmt.Sprintf("%s-%d%s", prefix, i, v); actors[key] != "actor"+v {
+				t.Errorf("claimed event of %q: actor %q, want %q", key, actors[key], "actor"+v)
+			}
 		}
 	})
 
