@@ -2,7 +2,9 @@
 # New calls on PostgreSQL at concurrency 16: N pairs of runs, airlock then the
 # baseline, on one fresh database; prints both rates and their ratio per pair.
 # Pairs a minute apart see the same machine, which matters on a noisy one.
-# Usage: scripts/bench-pairs.sh AIRLOCK_BINARY N [postgres-base-url]
+# The order alternates (airlock first in odd pairs, the baseline in even
+# ones): the second run of a pair measured ~2 % slower in A/A runs.
+# Usage: [CALLS=10000] scripts/bench-pairs.sh AIRLOCK_BINARY N [postgres-base-url]
 set -euo pipefail
 BIN=$1; N=$2
 BASE=${3:-postgres://postgres@127.0.0.1:5432/test}
@@ -11,8 +13,9 @@ psql -q "$BASE" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABAS
 trap 'psql -q "$BASE" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1' EXIT
 PG="${BASE%/*}/$DB?sslmode=disable"
 "$BIN" migrate --db "$PG" >/dev/null
-rate() { "$BIN" bench --db "$PG" --mode new --calls 10000 --concurrency 16 "$@" | python3 -c "import json,sys; print(json.load(sys.stdin)['calls_per_s'])"; }
-for _ in $(seq "$N"); do
-  a=$(rate); b=$(rate --impl baseline)
+rate() { "$BIN" bench --db "$PG" --mode new --calls "${CALLS:-10000}" --concurrency 16 "$@" | python3 -c "import json,sys; print(json.load(sys.stdin)['calls_per_s'])"; }
+for i in $(seq "$N"); do
+  if (( i % 2 )); then a=$(rate); b=$(rate --impl baseline)
+  else b=$(rate --impl baseline); a=$(rate); fi
   python3 -c "print('airlock %6.0f  baseline %6.0f  ratio %.2f' % ($a, $b, $a/$b))"
 done
