@@ -14,17 +14,29 @@ import (
 // in the background, so that serving a repeat from memory stays cheap. A
 // crash may lose the last of them; it never loses the event of a change,
 // which is written in the change's own transaction.
+//
+// When events come faster than the store takes them (a burst of repeats
+// served from memory), the buffer fills and the caller waits for room
+// instead of the event being lost: the answer is slower, the log complete.
+// Only a store that takes nothing for AuditWait loses events, each counted
+// in Dropped (airlock_audit_incomplete_total).
 type eventBuffer struct {
 	store   AuditStore
 	log     *slog.Logger
 	ch      chan *AuditEvent
+	wait    time.Duration
+	quit    chan struct{} // closed by close: write what is queued and stop
 	done    chan struct{}
 	closed  sync.Once
 	Dropped atomic.Int64
 }
 
-func newEventBuffer(s AuditStore, log *slog.Logger) *eventBuffer {
-	b := &eventBuffer{store: s, log: log, ch: make(chan *AuditEvent, 16384), done: make(chan struct{})}
+// maxEventWrite bounds the events written in one AppendAudit: everything
+// waiting, up to this, goes in one transaction.
+const maxEventWrite = 4096
+
+func newEventBuffer(s AuditStore, log *slog.Logger, size int, wait time.Duration) *eventBuffer {
+	b := &eventBuffer{store: s, log: log, ch: make(chan *AuditEvent, size), wait: wait, quit: make(chan struct{}), done: make(chan struct{})}
 	go b.run()
 	return b
 }
@@ -44,36 +56,68 @@ func (b *eventBuffer) run() {
 			b.log.Warn("airlock: writing audit events", "events", len(batch), "err", err)
 		}
 		cancel()
+		clear(batch)
 		batch = batch[:0]
+	}
+	// take appends what else is waiting, up to one write's worth.
+	take := func() {
+		for len(batch) < maxEventWrite {
+			select {
+			case e := <-b.ch:
+				batch = append(batch, e)
+			default:
+				return
+			}
+		}
 	}
 	for {
 		select {
-		case e, ok := <-b.ch:
-			if !ok {
-				flush()
-				return
-			}
+		case e := <-b.ch:
 			batch = append(batch, e)
 			if len(batch) >= 512 {
+				take() // a burst: one write carries all that waits
 				flush()
 			}
 		case <-tick.C:
 			flush()
+		case <-b.quit:
+			for {
+				take()
+				if len(batch) == 0 {
+					return
+				}
+				flush()
+			}
 		}
 	}
 }
 
 func (b *eventBuffer) add(e *AuditEvent) {
 	select {
-	case b.ch <- e:
+	case <-b.quit: // closed: nothing would write it
+		b.Dropped.Add(1)
+		return
 	default:
+	}
+	select {
+	case b.ch <- e:
+		return
+	default:
+	}
+	t := time.NewTimer(b.wait)
+	defer t.Stop()
+	select {
+	case b.ch <- e:
+	case <-t.C:
+		b.Dropped.Add(1)
+	case <-b.quit:
 		b.Dropped.Add(1)
 	}
 }
 
 func (b *eventBuffer) close() {
 	b.closed.Do(func() {
-		close(b.ch)
+		close(b.quit)
 		<-b.done
 	})
 }

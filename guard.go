@@ -115,6 +115,12 @@ type GuardConfig struct {
 	Logger *slog.Logger
 	// Observer is told of every side-effect attempt (metrics). Default: none.
 	Observer Observer
+	// AuditBuffer is how many answer events (repeat served, conflict, …)
+	// wait in memory to be written. Default 16384.
+	AuditBuffer int
+	// AuditWait is how long a call waits for room in a full AuditBuffer
+	// before its event is given up and counted as lost. Default 1s.
+	AuditWait time.Duration
 }
 
 // Observer watches side effects; package metrics implements it.
@@ -196,7 +202,14 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 	_, _ = rand.Read(b[:])
 	g.ownerPrefix = hex.EncodeToString(b[:])
 	g.unsub = store.Subscribe(g.hub.notify)
-	g.events = newEventBuffer(store, g.log)
+	buffer, wait := cfg.AuditBuffer, cfg.AuditWait
+	if buffer <= 0 {
+		buffer = 16384
+	}
+	if wait <= 0 {
+		wait = time.Second
+	}
+	g.events = newEventBuffer(store, g.log, buffer, wait)
 	return g
 }
 

@@ -66,7 +66,7 @@ func cmdBench(e *env, args []string) int {
 	if *compareAudit {
 		return benchCompareAudit(e, s, *db, cfg)
 	}
-	var caller bench.Caller
+	var caller bench.Caller // nil: airlock
 	if cfg.Impl == "baseline" {
 		switch d := s.(type) {
 		case interface{ DB() *sql.DB }:
@@ -82,12 +82,19 @@ func cmdBench(e *env, args []string) int {
 			}
 			caller = b
 		}
-	} else {
-		g := airlock.NewGuard(s, nil)
-		defer g.Close()
+	}
+	var g *airlock.Guard
+	if caller == nil {
+		g = airlock.NewGuard(s, nil)
 		caller = &bench.GuardCaller{Guard: g, Tool: bench.BenchTool()}
 	}
 	res := bench.Run(e.ctx, caller, cfg)
+	if g != nil {
+		g.Close() // writes the buffered audit events
+		lost := g.AuditDropped()
+		res.AuditLost = &lost
+		res.OK = res.OK && lost == 0
+	}
 	if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
 		return fail(e, "%v", err)
 	}

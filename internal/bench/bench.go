@@ -79,9 +79,12 @@ type Result struct {
 	// claims and completions and without metrics, and the cost in percent.
 	AuditOffCallsPerS float64  `json:"audit_off_calls_per_s,omitempty"`
 	AuditCostPct      *float64 `json:"audit_cost_pct,omitempty"`
-	Errors            int64    `json:"errors"`
-	OK                bool     `json:"ok"`
-	Error             string   `json:"error,omitempty"`
+	// AuditLost (airlock): audit events given up because the store did not
+	// take them in time; OK requires none.
+	AuditLost *int64 `json:"audit_lost,omitempty"`
+	Errors    int64  `json:"errors"`
+	OK        bool   `json:"ok"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Validate checks the configuration, naming the flag at fault.

@@ -29,12 +29,18 @@ func appendAudit(ctx context.Context, tx pgx.Tx, events ...*airlock.AuditEvent) 
 	return nil
 }
 
-// AppendAudit implements airlock.AuditStore.
+// auditCopyColumns are the columns insertAudit fills, for COPY.
+var auditCopyColumns = []string{"at", "kind", "run_id", "key", "tool", "args", "result", "error", "actor", "plan_id", "rule", "decision_hash"}
+
+// AppendAudit implements airlock.AuditStore. The events go in one COPY: a
+// burst of thousands is one statement, not one round trip each.
 func (s *Store) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return appendAudit(ctx, tx, events...) })
+	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"airlock_audit"}, auditCopyColumns,
+		pgx.CopyFromSlice(len(events), func(i int) ([]any, error) { return auditArgs(events[i]), nil }))
+	return err
 }
 
 func scanAudit(row pgx.Row) (*airlock.AuditEvent, error) {

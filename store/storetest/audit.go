@@ -143,6 +143,54 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("ARepeatBurstWritesEveryEvent", func(t *testing.T) {
+		t.Parallel()
+		// Repeats served from memory come far faster than a store writes
+		// their events; a full buffer makes the callers wait for room, so
+		// none is lost. The buffer here is tiny, so that it is full all
+		// the time.
+		s := newStore(t)
+		g := airlock.NewGuard(s, &airlock.GuardConfig{AuditBuffer: 8})
+		tool := Tool("approve", "forever")
+		prefix := Key("WD")
+		const keys, callers, repeatsEach = 10, 16, 250
+		var c counter
+		for k := range keys {
+			_, err := g.Do(context.Background(), call(tool, fmt.Sprintf(`{"record_id":"%s-%d"}`, prefix, k), "r"), c.fn)
+			must(t, err)
+		}
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range repeatsEach {
+					a, err := g.Do(context.Background(), call(tool, fmt.Sprintf(`{"record_id":"%s-%d"}`, prefix, (i+j)%keys), "r"), c.fn)
+					if err != nil || !a.Repeat {
+						t.Errorf("repeat: %+v, %v", a, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		g.Close()
+		if n := g.AuditDropped(); n != 0 {
+			t.Fatalf("%d events lost", n)
+		}
+		events, err := s.AuditSince(context.Background(), time.Now().Add(-time.Hour), 100*callers*repeatsEach)
+		must(t, err)
+		served := 0
+		for _, e := range events {
+			if e.Kind == airlock.EventRepeat && e.Tool == tool.Name && e.RunID == "r" {
+				served++
+			}
+		}
+		if served != callers*repeatsEach {
+			t.Fatalf("%d repeat_served events written, want %d", served, callers*repeatsEach)
+		}
+	})
+
 	t.Run("ChangesWriteTheirEvents", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
