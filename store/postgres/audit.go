@@ -107,15 +107,21 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 			return err
 		}
 		airlock.Seal(lastSeq, lastHash, pending)
-		var b pgx.Batch
-		for _, e := range pending {
-			b.Queue(`UPDATE airlock_audit SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1`, e.ID, e.Seq, e.PrevHash, e.Hash)
-		}
 		n = len(pending)
 		if n == 0 {
 			return nil
 		}
-		return tx.SendBatch(ctx, &b).Close()
+		// One statement for the page: the rows are found by id (the
+		// primary key), each set to its sequence number and hashes.
+		ids, seqs := make([]int64, n), make([]int64, n)
+		prevs, hashes := make([]string, n), make([]string, n)
+		for i, e := range pending {
+			ids[i], seqs[i], prevs[i], hashes[i] = e.ID, e.Seq, e.PrevHash, e.Hash
+		}
+		_, err = tx.Exec(ctx, `UPDATE airlock_audit a SET seq = u.seq, prev_hash = u.prev, hash = u.hash
+			FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS u(id, seq, prev, hash)
+			WHERE a.id = u.id`, ids, seqs, prevs, hashes)
+		return err
 	})
 	return n, err
 }
