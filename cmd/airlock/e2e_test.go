@@ -520,6 +520,21 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 
 func TestE2ECommitSurvivesAKilledWorker(t *testing.T) {
 	t.Parallel()
+	for _, db := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{
+		{"SQLite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "a.db") }},
+		{"PostgreSQL", func(t *testing.T) string { return testdb.Schema(t) }},
+	} {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			commitSurvivesAKilledWorker(t, db.dsn(t))
+		})
+	}
+}
+
+func commitSurvivesAKilledWorker(t *testing.T, dsn string) {
 	// The payments service honours idempotency keys (its own middleware),
 	// and takes 3 s to approve.
 	payments := startPayments(t, "--db", filepath.Join(t.TempDir(), "payments.db"), "--latency", "3s")
@@ -544,7 +559,6 @@ tools:
 	if err := os.WriteFile(config, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dsn := "sqlite:" + filepath.Join(t.TempDir(), "a.db")
 	flags := []string{"serve", "--config", config, "--db", dsn, "--lease", "2s", "--commit-rescue-after", "4s"}
 	first := start(t, tokenEnv, bin(t, "airlock"), append(flags, "--listen", freeAddr(t))...)
 	status, body := apiCall(t, "POST", first.url()+"/v1/calls", agentToken, `{"tool":"plan_approve_withdrawal","args":{"record_id":"WD-9"}}`)
