@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/testdb"
+	"github.com/airlockhq/airlock/metrics"
 )
 
 func callNote(t *testing.T, s *mcp.ClientSession, tool, record, text string) *mcp.CallToolResult {
@@ -418,7 +420,8 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 	t.Parallel()
 	payments := startPayments(t)
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "a.db")
-	airlockProc := serve(t, e2eManifest(t, payments.url(), "", "", ""), dsn)
+	config := e2eManifest(t, payments.url(), "", "", "")
+	airlockProc := serve(t, config, dsn)
 	s := mcpClient(t, airlockProc.url(), agentToken)
 	ctx := context.Background()
 
@@ -515,6 +518,31 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 			t.Fatalf("the server's queue did not commit the plan approved on the database:\n%s", r.stdout)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+
+	// The report: asked of the server (--url) it is the one computed from
+	// the database (--db); an agent token may not read it.
+	var fromServer, fromDB metrics.Report
+	for _, c := range []struct {
+		out  *metrics.Report
+		args []string
+	}{
+		{&fromServer, []string{"report", "--url", airlockProc.url(), "--token", approverToken, "--format", "json", "--since", "1h"}},
+		{&fromDB, []string{"report", "--db", dsn, "--config", config, "--format", "json", "--since", "1h"}},
+	} {
+		r := runCLI(t, c.args...)
+		if err := json.Unmarshal([]byte(r.stdout), c.out); err != nil || r.stderr != "" {
+			t.Fatalf("%v: %d %v\n%s%s", c.args[:3], r.code, err, r.stdout, r.stderr)
+		}
+	}
+	if fromServer.Calls == 0 || !reflect.DeepEqual(fromServer.Tools, fromDB.Tools) || fromServer.AuditCompleteness != fromDB.AuditCompleteness {
+		t.Fatalf("report --url differs from report --db:\n%+v\n%+v", fromServer, fromDB)
+	}
+	if r := runCLI(t, "report", "--url", airlockProc.url(), "--token", agentToken); r.code == 0 || r.stdout != "" || r.stderr == "" {
+		t.Fatalf("report with an agent token: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "report", "--url", airlockProc.url()); r.code == 0 || !strings.Contains(r.stderr, "--token") {
+		t.Fatalf("report --url without a token: %d %s", r.code, r.stderr)
 	}
 }
 

@@ -2,37 +2,56 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/store"
 )
 
-// cmdReport prints the figures that show the protection works.
+// cmdReport prints the figures that show the protection works, computed
+// from the database (--db, --config) or asked of a running server (--url).
 func cmdReport(e *env, args []string) int {
 	fs := newFlags(e, "report")
 	config := configFlag(fs)
 	db := dbFlag(fs)
 	since := fs.Duration("since", 24*time.Hour, "the period to report on")
 	format := fs.String("format", "text", "text or json")
+	url := fs.String("url", os.Getenv("AIRLOCK_URL"), "a running airlock server (GET /v1/report), instead of --db and --config; env AIRLOCK_URL")
+	token := fs.String("token", os.Getenv("AIRLOCK_TOKEN"), "an approver or admin token for --url; env AIRLOCK_TOKEN")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	if *format != "text" && *format != "json" {
 		return fail(e, "--format %q: want text or json", *format)
 	}
-	m, err := loadManifest(*config)
-	if err != nil {
-		return fail(e, "%v", err)
+	if *since <= 0 {
+		return fail(e, "--since %v: want a positive period such as 24h", *since)
 	}
-	s, err := store.OpenMigrated(e.ctx, *db)
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	defer s.Close()
-	r, err := metrics.Compute(e.ctx, s, m, *since, time.Now())
-	if err != nil {
-		return fail(e, "%v", err)
+	var r *metrics.Report
+	if *url != "" {
+		if *token == "" {
+			return fail(e, "--url needs --token (an approver or admin token)")
+		}
+		c := &planClient{url: strings.TrimSuffix(*url, "/"), token: *token}
+		r = &metrics.Report{}
+		if err := c.do(e.ctx, "GET", "/v1/report?since="+since.String(), nil, r); err != nil {
+			return fail(e, "%v", err)
+		}
+	} else {
+		m, err := loadManifest(*config)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		s, err := store.OpenMigrated(e.ctx, *db)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		defer s.Close()
+		if r, err = metrics.Compute(e.ctx, s, m, *since, time.Now()); err != nil {
+			return fail(e, "%v", err)
+		}
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(e.stdout)
