@@ -145,6 +145,10 @@ func benchThrough(e *env, s airlock.Store, cfg bench.Config, path string) int {
 		res.AddedP50us = &added
 		res.OK = res.OK && core.OK // direct is the unprotected call; its repeats execute again
 	}
+	th.Close()
+	lost := th.AuditLost()
+	res.AuditLost = &lost
+	res.OK = res.OK && lost == 0
 	if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
 		return fail(e, "%v", err)
 	}

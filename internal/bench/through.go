@@ -35,6 +35,7 @@ const benchToken = "bench-agent-token"
 // the whole path of a call.
 type Through struct {
 	guard       *airlock.Guard
+	closeOnce   sync.Once
 	tool        *airlock.Tool
 	upstreamURL string
 	gatewayURL  string
@@ -88,18 +89,24 @@ func (t *Through) serve(h http.Handler) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
-// Close stops the servers and the guard.
+// Close stops the servers and the guard (which writes its buffered audit
+// events); a second Close does nothing.
 func (t *Through) Close() {
-	if t.mcp != nil {
-		t.mcp.Close()
-	}
-	for _, s := range t.servers {
-		_ = s.Close()
-	}
-	if t.guard != nil {
-		t.guard.Close()
-	}
+	t.closeOnce.Do(func() {
+		if t.mcp != nil {
+			t.mcp.Close()
+		}
+		for _, s := range t.servers {
+			_ = s.Close()
+		}
+		if t.guard != nil {
+			t.guard.Close()
+		}
+	})
 }
+
+// AuditLost is how many audit events the guard gave up; read it after Close.
+func (t *Through) AuditLost() int64 { return t.guard.AuditDropped() }
 
 // upstream is the service: it runs the side effect registered for the record.
 func (t *Through) upstream(w http.ResponseWriter, r *http.Request) {
