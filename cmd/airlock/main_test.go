@@ -148,9 +148,11 @@ func TestMigrateAndBench(t *testing.T) {
 						ExecutionsPerKeyMax int     `json:"executions_per_key_max"`
 						Executions          int     `json:"executions"`
 						CallsPerS           float64 `json:"calls_per_s"`
+						AuditLost           *int64  `json:"audit_lost"`
 					}
 					if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.OK || res.Store != name || res.Impl != impl ||
-						res.ExecutionsPerKeyMax != 1 || res.CallsPerS <= 0 {
+						res.ExecutionsPerKeyMax != 1 || res.CallsPerS <= 0 || (impl == "airlock") != (res.AuditLost != nil) ||
+						res.AuditLost != nil && *res.AuditLost != 0 {
 						t.Fatalf("bench %s %s: exit %d %s %s", mode, impl, r.code, r.stdout, r.stderr)
 					}
 				}
