@@ -252,6 +252,7 @@ type paymentStats struct {
 	Calls     int                 `json:"calls"`
 	Notes     map[string][]string `json:"notes"`
 	Approvals map[string]int      `json:"approvals"`
+	InFlight  int                 `json:"in_flight"`
 }
 
 func stats(t *testing.T, payments *proc) paymentStats {
@@ -268,10 +269,23 @@ func stats(t *testing.T, payments *proc) paymentStats {
 	return s
 }
 
-// apiCall posts to the HTTP API and decodes the JSON answer.
+// apiCall calls the HTTP API and decodes the JSON answer; a transport
+// error fails the test, so call it on the test's goroutine only.
 func apiCall(t *testing.T, method, url, token string, body string, header ...string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	status, out, err := tryAPICall(method, url, token, body, header...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, out
+}
+
+// tryAPICall is apiCall for other goroutines: it returns the transport error.
+func tryAPICall(method, url, token string, body string, header ...string) (int, map[string]any, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -280,13 +294,13 @@ func apiCall(t *testing.T, method, url, token string, body string, header ...str
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	var out map[string]any
 	_ = json.Unmarshal(raw, &out)
-	return resp.StatusCode, out
+	return resp.StatusCode, out, nil
 }
 
 // mcpClient connects the official SDK client to airlock's /mcp.

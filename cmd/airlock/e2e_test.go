@@ -294,9 +294,9 @@ func TestE2EThreeReplicasOnePostgres(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				r := replicas[(k+c)%len(replicas)]
-				status, body := apiCall(t, "POST", r.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"add_note","args":{"record_id":"WD-%d","text":"x"}}`, k))
-				if status != 200 || body["status"] != "succeeded" {
-					errs <- fmt.Sprintf("key %d caller %d: %d %v", k, c, status, body)
+				status, body, err := tryAPICall("POST", r.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"add_note","args":{"record_id":"WD-%d","text":"x"}}`, k))
+				if err != nil || status != 200 || body["status"] != "succeeded" {
+					errs <- fmt.Sprintf("key %d caller %d: %d %v %v", k, c, status, body, err)
 				}
 			}()
 		}
@@ -325,17 +325,23 @@ func TestE2EGracefulShutdownFinishesInFlightCalls(t *testing.T) {
 	type reply struct {
 		status int
 		body   map[string]any
+		err    error
 	}
 	done := make(chan reply, 1)
 	go func() {
-		s, b := apiCall(t, "POST", airlockProc.url()+"/v1/calls", agentToken, `{"tool":"add_note","args":{"record_id":"WD-3","text":"late"}}`)
-		done <- reply{s, b}
+		s, b, err := tryAPICall("POST", airlockProc.url()+"/v1/calls", agentToken, `{"tool":"add_note","args":{"record_id":"WD-3","text":"late"}}`)
+		done <- reply{s, b, err}
 	}()
-	time.Sleep(300 * time.Millisecond) // the call is claimed and upstream
+	// Stop airlock once the call is at the upstream (claimed, in flight).
+	for deadline := time.Now().Add(30 * time.Second); stats(t, payments).InFlight == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the call never reached the upstream")
+		}
+	}
 	airlockProc.stop()
 	r := <-done
-	if r.status != 200 || r.body["status"] != "succeeded" {
-		t.Fatalf("in-flight call during shutdown: %d %v", r.status, r.body)
+	if r.err != nil || r.status != 200 || r.body["status"] != "succeeded" {
+		t.Fatalf("in-flight call during shutdown: %d %v %v", r.status, r.body, r.err)
 	}
 	// Restarted on the same database, the record is complete: a repeat
 	// gets the result, nothing runs again.

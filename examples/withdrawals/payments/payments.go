@@ -67,6 +67,7 @@ type Service struct {
 	approvals map[string]int
 	notes     map[string][]string
 	calls     int
+	inFlight  int // writes received and not yet answered
 }
 
 // New opens the service (and its database, when DBPath is set).
@@ -155,7 +156,13 @@ func (s *Service) delay(record string) {
 		}
 	}
 	if d > 0 {
+		s.mu.Lock()
+		s.inFlight++
+		s.mu.Unlock()
 		time.Sleep(d)
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
 	}
 }
 
@@ -217,13 +224,15 @@ type Stats struct {
 	Calls     int                 `json:"calls"`
 	Approvals map[string]int      `json:"approvals"`
 	Notes     map[string][]string `json:"notes"`
+	// InFlight is how many writes are inside their latency right now.
+	InFlight int `json:"in_flight"`
 }
 
 // Stats returns a copy of what the service executed.
 func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Calls: s.calls, Approvals: map[string]int{}, Notes: map[string][]string{}}
+	st := Stats{Calls: s.calls, Approvals: map[string]int{}, Notes: map[string][]string{}, InFlight: s.inFlight}
 	for k, v := range s.approvals {
 		st.Approvals[k] = v
 	}
