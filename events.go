@@ -18,8 +18,9 @@ import (
 // When events come faster than the store takes them (a burst of repeats
 // served from memory), the buffer fills and the caller waits for room
 // instead of the event being lost: the answer is slower, the log complete.
-// Only a store that takes nothing for AuditWait loses events, each counted
-// in Dropped (airlock_audit_incomplete_total).
+// Events are lost only when the store fails the write (the batch) or takes
+// nothing for AuditWait (the waiting event); each is counted in Dropped
+// (airlock_audit_incomplete_total).
 type eventBuffer struct {
 	store   AuditStore
 	log     *slog.Logger

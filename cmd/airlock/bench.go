@@ -66,8 +66,10 @@ func cmdBench(e *env, args []string) int {
 	if *compareAudit {
 		return benchCompareAudit(e, s, *db, cfg)
 	}
-	var caller bench.Caller // nil: airlock
-	if cfg.Impl == "baseline" {
+	var caller bench.Caller
+	var g *airlock.Guard
+	switch cfg.Impl {
+	case "baseline":
 		switch d := s.(type) {
 		case interface{ DB() *sql.DB }:
 			b := &bench.SQLBaseline{DB: d.DB()}
@@ -81,10 +83,10 @@ func cmdBench(e *env, args []string) int {
 				return fail(e, "baseline setup: %v", err)
 			}
 			caller = b
+		default:
+			return fail(e, "--impl baseline: no baseline for this store")
 		}
-	}
-	var g *airlock.Guard
-	if caller == nil {
+	default:
 		g = airlock.NewGuard(s, nil)
 		caller = &bench.GuardCaller{Guard: g, Tool: bench.BenchTool()}
 	}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,7 +13,11 @@ import (
 
 const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, prev_hash, hash`
 
-const insertAudit = `INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash)
+// auditWriteColumns are the columns a writer fills, in auditArgs' order
+// (for insertAudit and for COPY).
+var auditWriteColumns = []string{"at", "kind", "run_id", "key", "tool", "args", "result", "error", "actor", "plan_id", "rule", "decision_hash"}
+
+var insertAudit = `INSERT INTO airlock_audit (` + strings.Join(auditWriteColumns, ", ") + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 func auditArgs(e *airlock.AuditEvent) []any {
@@ -29,16 +34,13 @@ func appendAudit(ctx context.Context, tx pgx.Tx, events ...*airlock.AuditEvent) 
 	return nil
 }
 
-// auditCopyColumns are the columns insertAudit fills, for COPY.
-var auditCopyColumns = []string{"at", "kind", "run_id", "key", "tool", "args", "result", "error", "actor", "plan_id", "rule", "decision_hash"}
-
 // AppendAudit implements airlock.AuditStore. The events go in one COPY: a
 // burst of thousands is one statement, not one round trip each.
 func (s *Store) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
-	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"airlock_audit"}, auditCopyColumns,
+	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"airlock_audit"}, auditWriteColumns,
 		pgx.CopyFromSlice(len(events), func(i int) ([]any, error) { return auditArgs(events[i]), nil }))
 	return err
 }
