@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 
 	"go.yaml.in/yaml/v3"
 
@@ -58,6 +60,31 @@ func LoadCases(fsys fs.FS, name string) ([]Case, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCases(b, name)
+}
+
+// readCases reads a tool's rule test file: an absolute path from the file
+// system (io/fs refuses rooted names), a relative one from beside the
+// manifest.
+func readCases(m *airlock.Manifest, name string) (string, []Case, error) {
+	if filepath.IsAbs(name) {
+		file := filepath.Clean(name)
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return file, nil, err
+		}
+		cases, err := parseCases(b, file)
+		return file, cases, err
+	}
+	if m.Files == nil {
+		return name, nil, errors.New("policy: the manifest was not loaded from a file; cannot read rule tests")
+	}
+	file := path.Clean(filepath.ToSlash(name))
+	cases, err := LoadCases(m.Files, file)
+	return file, cases, err
+}
+
+func parseCases(b []byte, name string) ([]Case, error) {
 	var cases []Case
 	dec := yaml.NewDecoder(bytesReader(b))
 	dec.KnownFields(true)
@@ -92,11 +119,7 @@ func RunTests(m *airlock.Manifest) ([]CaseResult, error) {
 			results = append(results, CaseResult{Tool: t.Name, Name: "(no tests)", Message: "the tool's rules have no test file (approval.tests)"})
 			continue
 		}
-		if m.Files == nil {
-			return nil, errors.New("policy: the manifest was not loaded from a file; cannot read rule tests")
-		}
-		file := path.Clean(t.Approval.Tests)
-		cases, err := LoadCases(m.Files, file)
+		file, cases, err := readCases(m, t.Approval.Tests)
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: %w", t.Name, err)
 		}

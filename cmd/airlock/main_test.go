@@ -194,6 +194,19 @@ func TestPolicyTest(t *testing.T) {
 			t.Fatalf("exit %d\n%s", r.code, r.stdout)
 		}
 	})
+	t.Run("rule tests named by an absolute path are read", func(t *testing.T) {
+		abs := filepath.Join(dir, "policy", "approve_withdrawal_test.yaml")
+		named := strings.Replace(string(src), "tests: policy/approve_withdrawal_test.yaml", "tests: "+abs, 1)
+		if named == string(src) {
+			t.Fatal("the example no longer names its rule tests as policy/approve_withdrawal_test.yaml")
+		}
+		path := filepath.Join(t.TempDir(), "abs.yaml")
+		os.WriteFile(path, []byte(named), 0o644)
+		r := runCLI(t, "policy", "test", "--config", path)
+		if r.code != 0 || !strings.Contains(r.stdout, "0 failed") {
+			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	})
 	t.Run("a rule that does not compile is a load error naming it", func(t *testing.T) {
 		bad := strings.Replace(string(src), "facts.amount_minor < 50000", "fact.amount_minor < 50000", 1)
 		path := filepath.Join(dir, "bad.yaml")
