@@ -212,11 +212,26 @@ func (s *Store) commit(batch []*op) {
 		return
 	}
 	err := s.runBatch(live)
-	for _, o := range live {
+	if err != nil && len(live) > 1 {
+		// Nothing of the batch was committed. Retry op by op, as the
+		// PostgreSQL store does: one bad op (or its audit event) fails
+		// alone instead of failing every caller that shared its batch.
+		// Failures are rare, so the common path keeps its single fsync.
+		for _, o := range live {
+			s.finish([]*op{o}, s.runBatch([]*op{o}))
+		}
+		return
+	}
+	s.finish(live, err)
+}
+
+// finish answers the ops of a batch and announces their keys.
+func (s *Store) finish(ops []*op, err error) {
+	for _, o := range ops {
 		o.done <- err
 	}
 	if err == nil {
-		for _, o := range live {
+		for _, o := range ops {
 			if o.notify != "" {
 				s.publish(o.notify)
 			}

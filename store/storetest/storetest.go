@@ -120,6 +120,60 @@ func runStore(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("OneFailingWriteDoesNotFailItsBatch", func(t *testing.T) {
+		t.Parallel()
+		// Concurrent writes share a transaction (group commit). A write the
+		// database refuses (here a state its CHECK constraint rejects) must
+		// fail alone: the writes beside it commit and are answered ok.
+		s := newStore(t)
+		const n = 48
+		for round := range 5 {
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = Key(fmt.Sprintf("batch%d", round))
+				_, _, err := s.Claim(ctx, claimOf(keys[i], "o-"+keys[i], now, time.Minute))
+				must(t, err)
+			}
+			bad := n / 2
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i, k := range keys {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					state := airlock.StateSucceeded
+					if i == bad {
+						state = "no_such_state"
+					}
+					<-start
+					errs[i] = s.Complete(ctx, &airlock.Completion{Key: k, Owner: "o-" + k, State: state, Result: json.RawMessage(`{"ok":true}`), Now: now})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if errs[bad] == nil {
+				t.Fatalf("round %d: a completion with an invalid state was accepted", round)
+			}
+			for i, err := range errs {
+				if i == bad {
+					continue
+				}
+				if err != nil {
+					t.Fatalf("round %d: completion %d failed beside the bad one: %v", round, i, err)
+				}
+				rec, err := s.Get(ctx, keys[i])
+				must(t, err)
+				if rec.State != airlock.StateSucceeded {
+					t.Fatalf("round %d: record %d is %s, want succeeded", round, i, rec.State)
+				}
+			}
+			if rec, err := s.Get(ctx, keys[bad]); err != nil || rec.State != airlock.StateRunning {
+				t.Fatalf("round %d: the refused completion changed its record: %+v %v", round, rec, err)
+			}
+		}
+	})
+
 	t.Run("GetMissing", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
