@@ -30,14 +30,23 @@ type eventBuffer struct {
 	done    chan struct{}
 	closed  sync.Once
 	Dropped atomic.Int64
+	onLost  func(n int) // the observer's AuditLost, or nil
+}
+
+// lose counts n events given up.
+func (b *eventBuffer) lose(n int) {
+	b.Dropped.Add(int64(n))
+	if b.onLost != nil {
+		b.onLost(n)
+	}
 }
 
 // maxEventWrite bounds the events written in one AppendAudit: everything
 // waiting, up to this, goes in one transaction.
 const maxEventWrite = 4096
 
-func newEventBuffer(s AuditStore, log *slog.Logger, size int, wait time.Duration) *eventBuffer {
-	b := &eventBuffer{store: s, log: log, ch: make(chan *AuditEvent, size), wait: wait, quit: make(chan struct{}), done: make(chan struct{})}
+func newEventBuffer(s AuditStore, log *slog.Logger, size int, wait time.Duration, onLost func(int)) *eventBuffer {
+	b := &eventBuffer{store: s, log: log, onLost: onLost, ch: make(chan *AuditEvent, size), wait: wait, quit: make(chan struct{}), done: make(chan struct{})}
 	go b.run()
 	return b
 }
@@ -53,7 +62,7 @@ func (b *eventBuffer) run() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := b.store.AppendAudit(ctx, batch); err != nil {
-			b.Dropped.Add(int64(len(batch)))
+			b.lose(len(batch))
 			b.log.Warn("airlock: writing audit events", "events", len(batch), "err", err)
 		}
 		cancel()
@@ -96,7 +105,7 @@ func (b *eventBuffer) run() {
 func (b *eventBuffer) add(e *AuditEvent) {
 	select {
 	case <-b.quit: // closed: nothing would write it
-		b.Dropped.Add(1)
+		b.lose(1)
 		return
 	default:
 	}
@@ -110,9 +119,9 @@ func (b *eventBuffer) add(e *AuditEvent) {
 	select {
 	case b.ch <- e:
 	case <-t.C:
-		b.Dropped.Add(1)
+		b.lose(1)
 	case <-b.quit:
-		b.Dropped.Add(1)
+		b.lose(1)
 	}
 }
 

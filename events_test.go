@@ -39,7 +39,7 @@ func TestAuditBufferGivesUpOnAStuckStore(t *testing.T) {
 	t.Parallel()
 	s := &stuckAuditStore{release: make(chan struct{})}
 	const size, wait, events = 4, 20 * time.Millisecond, 540
-	b := newEventBuffer(s, slog.New(slog.NewTextHandler(io.Discard, nil)), size, wait)
+	b := newEventBuffer(s, slog.New(slog.NewTextHandler(io.Discard, nil)), size, wait, nil)
 	start := time.Now()
 	for range events {
 		b.add(&AuditEvent{Kind: EventRepeat})
@@ -67,7 +67,7 @@ func TestAuditBufferAfterClose(t *testing.T) {
 	t.Parallel()
 	s := &stuckAuditStore{release: make(chan struct{})}
 	close(s.release)
-	b := newEventBuffer(s, slog.New(slog.NewTextHandler(io.Discard, nil)), 4, time.Second)
+	b := newEventBuffer(s, slog.New(slog.NewTextHandler(io.Discard, nil)), 4, time.Second, nil)
 	b.add(&AuditEvent{Kind: EventRepeat})
 	b.close()
 	b.add(&AuditEvent{Kind: EventRepeat})

@@ -121,6 +121,14 @@ type GuardConfig struct {
 	// AuditWait is how long a call waits for room in a full AuditBuffer
 	// before its event is given up and counted as lost. Default 1s.
 	AuditWait time.Duration
+	// Reconciler asks the reconcile_with read tool of an in-doubt record's
+	// tool whether the work happened; the reaper then settles the record.
+	// Default: none (in-doubt records wait for a person).
+	Reconciler Reconciler
+	// ReconcileBackoff is the first wait before asking again about a record
+	// whose reconciliation failed or said nothing, doubling up to 10m.
+	// Default 10s.
+	ReconcileBackoff time.Duration
 }
 
 // Observer watches side effects; package metrics implements it.
@@ -128,6 +136,12 @@ type Observer interface {
 	// SideEffect reports one attempt: its outcome, how long it took, and
 	// whether it ran into the tool's timeout.
 	SideEffect(tool *Tool, out Outcome, took time.Duration, timedOut bool)
+	// AuditLost reports n buffered audit events given up (the store failed
+	// their write, or had no room for AuditWait).
+	AuditLost(n int)
+	// Settled reports an in-doubt record settled, by a person or by
+	// reconciliation (by is ActorReconcile then).
+	Settled(tool string, happened bool, by string)
 }
 
 // Guard runs side effects at most once per key.
@@ -150,6 +164,11 @@ type Guard struct {
 	ownerPrefix string
 	seq         atomic.Uint64
 	inflight    sync.WaitGroup
+
+	reconciler       Reconciler
+	reconcileBackoff time.Duration
+	reconcileMu      sync.Mutex
+	reconcileDue     map[string]reconcileAttempt // by key: when to ask again
 }
 
 // NewGuard makes a guard over a store.
@@ -209,7 +228,17 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 	if wait <= 0 {
 		wait = time.Second
 	}
-	g.events = newEventBuffer(store, g.log, buffer, wait)
+	var onLost func(int)
+	if g.observer != nil {
+		onLost = g.observer.AuditLost
+	}
+	g.events = newEventBuffer(store, g.log, buffer, wait, onLost)
+	g.reconciler = cfg.Reconciler
+	g.reconcileBackoff = cfg.ReconcileBackoff
+	if g.reconcileBackoff <= 0 {
+		g.reconcileBackoff = 10 * time.Second
+	}
+	g.reconcileDue = map[string]reconcileAttempt{}
 	return g
 }
 
@@ -697,18 +726,52 @@ func (g *Guard) Get(ctx context.Context, key string) (*Record, error) {
 	return g.store.Get(ctx, key)
 }
 
-// Settle decides an in_doubt record. Happened: it becomes succeeded with
-// the result, and repeats get that result. Not happened: the record is
-// removed and the next call runs the work.
-func (g *Guard) Settle(ctx context.Context, key string, happened bool, result json.RawMessage, note string) (*Record, error) {
-	if happened && len(result) > 0 && !json.Valid(result) {
+// SettleRequest is a decision on an in_doubt record: it happened (with
+// its result) or it did not (the record is removed and the key freed).
+type SettleRequest struct {
+	Key      string
+	Happened bool
+	Result   json.RawMessage // when it happened: its result, as JSON; optional
+	Note     string          // how the settler knows; required
+	By       string          // who settles: a person's name, or ActorReconcile
+}
+
+// SettledBy is the record's note after a settlement: who, when and how
+// they know. Every front end's settlement reads the same.
+func SettledBy(by string, at time.Time, note string) string {
+	return by + " at " + at.UTC().Format(time.RFC3339) + ": " + note
+}
+
+// Settle decides an in_doubt record, whatever the front end (the HTTP API,
+// the page, the CLI, reconciliation): the one place a settlement is
+// checked, noted and audited with the settler's name. Happened: the record
+// becomes succeeded with the result, and repeats get it. Not happened: the
+// record is removed and the next call runs the work.
+func (g *Guard) Settle(ctx context.Context, r SettleRequest) (*Record, error) {
+	note := strings.TrimSpace(r.Note)
+	switch {
+	case r.Key == "":
+		return nil, FieldErrorf(CodeInvalidArgument, "key", "required: the record's key")
+	case note == "":
+		return nil, FieldErrorf(CodeInvalidArgument, "note", "a note is required: how you know whether it happened (it goes in the audit trail)")
+	case strings.TrimSpace(r.By) == "":
+		return nil, FieldErrorf(CodeInvalidArgument, "by", "required: who settles the record (it goes in the audit trail)")
+	case r.Happened && len(r.Result) > 0 && !json.Valid(r.Result):
 		return nil, FieldErrorf(CodeInvalidArgument, "result", "the result must be valid JSON")
 	}
-	rec, err := g.store.Settle(ctx, &Settlement{Key: key, Happened: happened, Result: result, Note: note, Now: g.clock.Now(), Actor: ActorFrom(ctx)})
+	result := r.Result
+	if !r.Happened {
+		result = nil
+	}
+	now := g.clock.Now()
+	rec, err := g.store.Settle(ctx, &Settlement{Key: r.Key, Happened: r.Happened, Result: result, Note: SettledBy(r.By, now, note), Now: now, Actor: r.By})
 	if err != nil {
 		return nil, err
 	}
-	g.hub.notify(key)
+	g.hub.notify(r.Key)
+	if g.observer != nil {
+		g.observer.Settled(rec.Tool, r.Happened, r.By)
+	}
 	return rec, nil
 }
 
@@ -766,7 +829,8 @@ func (g *Guard) Reap(ctx context.Context) (ReapStats, error) {
 	}
 }
 
-// RunReaper reaps every interval until ctx ends.
+// RunReaper reaps every interval until ctx ends; each pass then asks the
+// Reconciler about in-doubt records (Reconcile).
 func (g *Guard) RunReaper(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -777,6 +841,9 @@ func (g *Guard) RunReaper(ctx context.Context, every time.Duration) {
 		case <-t.C:
 			if _, err := g.Reap(ctx); err != nil && ctx.Err() == nil {
 				g.log.Warn("airlock: reaper pass failed", "err", err)
+			}
+			if _, err := g.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				g.log.Warn("airlock: reconciliation pass failed", "err", err)
 			}
 		}
 	}

@@ -123,13 +123,28 @@ type Tool struct {
 	OnMismatch     MismatchPolicy `yaml:"on_mismatch" json:"on_mismatch,omitempty"`
 	MaxCallsPerRun int            `yaml:"max_calls_per_run" json:"max_calls_per_run,omitempty"` // 0: no limit
 	ReconcileWith  string         `yaml:"reconcile_with" json:"reconcile_with,omitempty"`
-	Upstream       *ToolUpstream  `yaml:"upstream" json:"upstream,omitempty"`
-	Answers        Answers        `yaml:"answers" json:"answers"`
-	Approval       *Approval      `yaml:"approval" json:"approval,omitempty"`
+	// Reconcile says how reconcile_with's answer tells whether in-doubt work
+	// happened, so that the reaper settles such records by itself. Default:
+	// none (a person reads the answer and settles).
+	Reconcile *Reconcile    `yaml:"reconcile" json:"reconcile,omitempty"`
+	Upstream  *ToolUpstream `yaml:"upstream" json:"upstream,omitempty"`
+	Answers   Answers       `yaml:"answers" json:"answers"`
+	Approval  *Approval     `yaml:"approval" json:"approval,omitempty"`
 
 	// HonorsKey is set by Prepare from the upstream's honors_idempotency_key:
 	// an outcome-unknown call may be re-driven with the same key.
 	HonorsKey bool `yaml:"-" json:"-"`
+}
+
+// Reconcile holds CEL conditions over the reconcile_with tool's answer
+// (result), the in-doubt call's arguments (args) and the tool's name (tool).
+// When HappenedWhen holds, the record is settled as happened, with the
+// answer as its result; when NotHappenedWhen holds, it is settled as not
+// happened and its key is freed. When neither holds (or the read tool
+// fails), the record stays in doubt and is asked about again later.
+type Reconcile struct {
+	HappenedWhen    string `yaml:"happened_when" json:"happened_when"`
+	NotHappenedWhen string `yaml:"not_happened_when" json:"not_happened_when,omitempty"`
 }
 
 // MismatchPolicy is what a repeat with the same key and other arguments gets.
@@ -170,6 +185,15 @@ type Approval struct {
 	ExpiresAfter  *Duration `yaml:"expires_after" json:"expires_after,omitempty"`
 	WaitForCommit *Duration `yaml:"wait_for_commit" json:"wait_for_commit,omitempty"`
 	Tests         string    `yaml:"tests" json:"tests,omitempty"`
+}
+
+// ExpiresAfterOr is how long a plan waits for a person before it expires:
+// expires_after, default 24h.
+func (a *Approval) ExpiresAfterOr() time.Duration {
+	if a != nil && a.ExpiresAfter != nil && a.ExpiresAfter.IsSet() {
+		return a.ExpiresAfter.Duration
+	}
+	return 24 * time.Hour
 }
 
 // Lookup names the read tool whose result becomes the facts, and how its
@@ -447,6 +471,14 @@ func (t *Tool) validate(v *validator, p string, m *Manifest) {
 	}
 	if t.Window == nil {
 		v.add(p+".window", "tool %s: required for %s tools: business_day, run, forever or a duration such as 24h", name, t.Kind)
+	}
+	if t.Reconcile != nil {
+		switch {
+		case t.ReconcileWith == "":
+			v.add(p+".reconcile", "tool %s: reconcile needs reconcile_with: the read tool whose answer it reads", name)
+		case strings.TrimSpace(t.Reconcile.HappenedWhen) == "":
+			v.add(p+".reconcile.happened_when", "tool %s: required: a CEL condition over result that holds when the work happened", name)
+		}
 	}
 	if t.ReconcileWith != "" {
 		if r := m.Tool(t.ReconcileWith); r == nil {

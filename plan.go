@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -81,7 +82,8 @@ func orNull(b json.RawMessage) json.RawMessage {
 type PlanDecision struct {
 	ID           string
 	Approve      bool
-	By           string // the approver's token name
+	By           string // who decides: the approver's name as the audit log records it
+	Role         string // By's role: RoleApprover or RoleAdmin
 	Reason       string
 	DecisionHash string // must equal the plan's
 	Now          time.Time
@@ -95,39 +97,56 @@ type PlanFilter struct {
 	Limit  int // default 100
 }
 
-// Enqueue is called inside the transaction that approves a plan, with the
-// driver's transaction (*sql.Tx for SQLite, pgx.Tx for PostgreSQL), to
-// insert the commit job atomically with the approval.
-type Enqueue func(ctx context.Context, tx any, plan *Plan) error
+// WaitingPlans is what waits for a person for one tool: how many plans and
+// since when the oldest has waited.
+type WaitingPlans struct {
+	Tool   string
+	Depth  int
+	Oldest time.Time // the oldest waiting plan's CreatedAt
+}
 
-// PlanStore keeps plans. Drivers: store/sqlite and store/postgres.
+// PlanStore keeps plans. Drivers: store/sqlite and store/postgres. A
+// driver opened with a commit queue inserts the commit job of a plan that
+// becomes approved in the same transaction (a transactional outbox); the
+// job's insertion is typed to the driver's own transaction.
 type PlanStore interface {
 	// CreatePlan inserts the plan unless one with its key exists; it returns
-	// the plan as stored and whether this call created it. When the plan is
-	// created already approved (automatic decision), enqueue runs in the
+	// the plan as stored and whether this call created it. A plan created
+	// already approved (automatic decision) has its commit enqueued in the
 	// same transaction.
-	CreatePlan(ctx context.Context, p *Plan, enqueue Enqueue) (*Plan, bool, error)
+	CreatePlan(ctx context.Context, p *Plan) (*Plan, bool, error)
 	// GetPlan returns a plan, or ErrNotFound.
 	GetPlan(ctx context.Context, id string) (*Plan, error)
 	// GetPlanByKey returns the plan of a key, or ErrNotFound.
 	GetPlanByKey(ctx context.Context, key string) (*Plan, error)
 	// ListPlans lists plans, oldest first.
 	ListPlans(ctx context.Context, f PlanFilter) ([]*Plan, error)
-	// DecidePlan records a person's decision on an awaiting plan; approving
-	// runs enqueue in the same transaction. Deciding again the same way is
-	// no change; a stale DecisionHash or another decision is ErrStateConflict.
-	DecidePlan(ctx context.Context, d *PlanDecision, enqueue Enqueue) (*Plan, error)
-	// ExpirePlans moves awaiting plans past their ExpiresAt to expired.
-	ExpirePlans(ctx context.Context, now time.Time) (int, error)
+	// DecidePlan records a person's decision on an awaiting plan, checked
+	// by CheckDecision inside the transaction; approving enqueues the
+	// commit in the same transaction. Deciding again the same way is no
+	// change; a stale DecisionHash or another decision is a conflict.
+	DecidePlan(ctx context.Context, d *PlanDecision) (*Plan, error)
+	// ExpirePlans moves awaiting plans past their ExpiresAt to expired and
+	// returns them as they now are.
+	ExpirePlans(ctx context.Context, now time.Time) ([]*Plan, error)
 	// SetPlanStatus moves a plan from one of the from statuses to status,
 	// with its result or error; false when it was in none of them.
 	SetPlanStatus(ctx context.Context, id string, from []PlanStatus, status PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error)
+	// WaitingPlans counts the plans awaiting a person, per tool, with the
+	// oldest one's creation time (tools with none waiting are left out).
+	WaitingPlans(ctx context.Context) ([]WaitingPlans, error)
 }
 
 // CheckDecision says what a decision does to a plan: the status to move
 // to, or "" for no change (the same decision again), or an error for a
 // decision that may not be made (not awaiting, stale hash, no reason).
 func CheckDecision(p *Plan, d *PlanDecision) (PlanStatus, error) {
+	if d.By == "" {
+		return "", FieldErrorf(CodeInvalidArgument, "by", "a decision needs the approver's name")
+	}
+	if d.Role != RoleApprover && d.Role != RoleAdmin {
+		return "", FieldErrorf(CodeForbidden, "role", "only an approver or an admin decides plans; %s is %q", d.By, d.Role)
+	}
 	want := PlanRejected
 	if d.Approve {
 		want = PlanApproved
@@ -141,14 +160,17 @@ func CheckDecision(p *Plan, d *PlanDecision) (PlanStatus, error) {
 		}
 		return "", Errorf(CodeConflict, "plan %s is %s; it can no longer be %s", p.ID, p.Status, map[bool]string{true: "approved", false: "rejected"}[d.Approve])
 	}
+	if !d.Now.IsZero() && !p.ExpiresAt.IsZero() && !d.Now.Before(p.ExpiresAt) {
+		return "", Errorf(CodeConflict, "plan %s expired at %s before anyone decided it; it will not be done. Nothing was changed", p.ID, p.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if d.DecisionHash == "" {
+		return "", FieldErrorf(CodeInvalidArgument, "decision_hash", "required: the plan's decision_hash as you saw it")
+	}
 	if d.DecisionHash != p.DecisionHash {
 		return "", FieldErrorf(CodeConflict, "decision_hash", "the plan's arguments or facts are not the ones this decision was made on (decision_hash differs); reload the plan and decide again")
 	}
-	if d.By == "" {
-		return "", FieldErrorf(CodeInvalidArgument, "by", "a decision needs the approver's name")
-	}
-	if len(d.Reason) == 0 {
-		return "", FieldErrorf(CodeInvalidArgument, "reason", "required: why (it goes in the audit trail)")
+	if strings.TrimSpace(d.Reason) == "" {
+		return "", FieldErrorf(CodeInvalidArgument, "reason", "a reason is required: why you decide so (it goes in the audit trail)")
 	}
 	return want, nil
 }

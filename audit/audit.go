@@ -105,6 +105,19 @@ func Export(ctx context.Context, s airlock.AuditStore, since time.Time, w io.Wri
 	}
 }
 
+// SealPending seals every event written so far, page by page, and returns
+// how many it sealed (a stopping server's last pass).
+func SealPending(ctx context.Context, s airlock.AuditStore) (int, error) {
+	total := 0
+	for {
+		n, err := s.SealAudit(ctx, page)
+		total += n
+		if err != nil || n < page {
+			return total, err
+		}
+	}
+}
+
 // RunSealer seals new events every interval until ctx ends; sealed, when
 // set, is told how many events each round sealed.
 func RunSealer(ctx context.Context, s airlock.AuditStore, every time.Duration, log *slog.Logger, sealed func(int)) {

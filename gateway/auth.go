@@ -70,13 +70,22 @@ func (g *Gateway) authenticate(r *http.Request) (Principal, error) {
 	if !ok || strings.TrimSpace(raw) == "" {
 		return Principal{}, airlock.Errorf(airlock.CodeUnauthenticated, "missing bearer token: send Authorization: Bearer TOKEN")
 	}
-	sum := HashToken(strings.TrimSpace(raw))
-	for _, t := range g.tokens {
-		if subtle.ConstantTimeCompare(sum[:], t.SHA256[:]) == 1 {
-			return Principal{Name: t.Name, Role: t.Role}, nil
-		}
+	if p, ok := Authenticate(g.tokens, raw); ok {
+		return p, nil
 	}
 	return Principal{}, airlock.Errorf(airlock.CodeUnauthenticated, "unknown bearer token")
+}
+
+// Authenticate maps a bearer token to its principal among tokens (the
+// gateway's and the page's sign-in share it).
+func Authenticate(tokens []Token, token string) (Principal, bool) {
+	sum := HashToken(strings.TrimSpace(token))
+	for _, t := range tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.SHA256[:]) == 1 {
+			return Principal{Name: t.Name, Role: t.Role}, true
+		}
+	}
+	return Principal{}, false
 }
 
 // require wraps a handler so that only the given roles reach it.

@@ -42,8 +42,8 @@ type Config struct {
 	Manifest *airlock.Manifest
 	// Guard runs write tools at most once per key. Required.
 	Guard *airlock.Guard
-	// Store is pinged by /readyz. Required.
-	Store airlock.Store
+	// Store is pinged by /readyz and read by /v1/report. Required.
+	Store Store
 	// Upstreams executes tools, by upstream name (the manifest's upstreams).
 	Upstreams map[string]upstream.Caller
 	// Funcs executes tools by tool name; it takes precedence over
@@ -73,11 +73,18 @@ type Config struct {
 	DefaultRunID string
 }
 
+// Store is what the gateway reads of the store: /readyz pings it, and
+// /v1/report computes its figures from it.
+type Store interface {
+	Ping(ctx context.Context) error
+	metrics.Source
+}
+
 // Gateway serves the tools.
 type Gateway struct {
 	m       *airlock.Manifest
 	guard   *airlock.Guard
-	store   airlock.Store
+	store   Store
 	callers map[string]upstream.Caller // by tool name
 	schemas map[string]*argsSchema
 	tokens  []Token
@@ -168,8 +175,7 @@ func (g *Gateway) observe(req *CallRequest, a *airlock.Answer, err error) {
 		return
 	}
 	if a.Plan != nil {
-		g.metrics.Planned(name, a.Plan.Decision)
-		return
+		return // the plan service observes plans
 	}
 	if kind == airlock.KindWrite && req.RunID != "" {
 		g.metrics.RunCall(name, req.RunID)

@@ -124,17 +124,8 @@ func (g *Gateway) handleSettle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "happened", "required: true (it happened; give its result) or false (it did not; the key is freed)"))
 		return
 	}
-	if strings.TrimSpace(req.Note) == "" {
-		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "note", "required: how you know (for the audit trail)"))
-		return
-	}
-	if *req.Happened && len(req.Result) > 0 && !json.Valid(req.Result) {
-		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "result", "must be JSON"))
-		return
-	}
 	p, _ := PrincipalFrom(r.Context())
-	note := p.Name + " at " + time.Now().UTC().Format(time.RFC3339) + ": " + req.Note
-	rec, err := g.guard.Settle(r.Context(), r.PathValue("key"), *req.Happened, req.Result, note)
+	rec, err := g.guard.Settle(r.Context(), airlock.SettleRequest{Key: r.PathValue("key"), Happened: *req.Happened, Result: req.Result, Note: req.Note, By: p.Name})
 	if err != nil {
 		writeError(w, g.log, err)
 		return

@@ -95,7 +95,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
 	})
 	callers := func(*airlock.Tool) (upstream.Caller, bool) { return svc, true }
-	plans, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: callers})
+	plans, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: callers, Observer: met})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/airlockhq/airlock"
 )
@@ -167,43 +166,14 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 			writeError(w, g.log, err)
 			return
 		}
-		if strings.TrimSpace(req.Reason) == "" {
-			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "reason", "required: why (it goes in the audit trail)"))
-			return
-		}
-		if req.DecisionHash == "" {
-			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "decision_hash", "required: the plan's decision_hash as you saw it"))
-			return
-		}
 		p, _ := PrincipalFrom(r.Context())
-		before, _ := g.plans.Get(r.Context(), r.PathValue("id"))
-		plan, err := g.plans.Decide(r.Context(), r.PathValue("id"), approve, p.Name, req.Reason, req.DecisionHash)
+		plan, err := g.plans.Decide(r.Context(), airlock.PlanDecision{
+			ID: r.PathValue("id"), Approve: approve, By: p.Name, Role: p.Role, Reason: req.Reason, DecisionHash: req.DecisionHash,
+		})
 		if err != nil {
 			writeError(w, g.log, err)
 			return
 		}
-		if g.metrics != nil && before != nil && before.Status == airlock.PlanAwaitingApproval {
-			g.metrics.Decided(plan.Tool, plan.DecidedAt.Sub(plan.CreatedAt))
-		}
 		writeJSON(w, http.StatusOK, plan)
-	}
-}
-
-// RunExpiry expires undecided plans every interval until ctx ends.
-func (g *Gateway) RunExpiry(ctx context.Context, every time.Duration) {
-	if g.plans == nil {
-		return
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		if _, err := g.plans.Expire(ctx); err != nil && ctx.Err() == nil {
-			g.log.Warn("airlock: expiring plans", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
 }

@@ -105,7 +105,9 @@ func Parse(data []byte, display string) (*airlock.Manifest, error) {
 	if err == nil {
 		// Approval rules are type-checked at load: a rule that does not
 		// compile is a load error naming the rule.
-		if _, problems := policy.CompileAll(&m); len(problems) > 0 {
+		_, problems := policy.CompileAll(&m)
+		_, more := policy.CompileAllReconcile(&m)
+		if problems = append(problems, more...); len(problems) > 0 {
 			err = &airlock.ValidationError{Problems: problems}
 		}
 	}
@@ -149,7 +151,8 @@ var typeNames = map[string]string{
 	"airlock.Upstream":    "an upstream (http, mcp, honors_idempotency_key)",
 	"airlock.MCPUpstream": "mcp (command, url)",
 	"airlock.Tool": "a tool (name, kind, description, input_schema, natural_key, window, grace, timeout, " +
-		"respond_within, repeat_wait, on_mismatch, max_calls_per_run, reconcile_with, upstream, answers, approval)",
+		"respond_within, repeat_wait, on_mismatch, max_calls_per_run, reconcile_with, reconcile, upstream, answers, approval)",
+	"airlock.Reconcile":    "reconcile (happened_when, not_happened_when)",
 	"airlock.KeyField":     "a natural-key entry (field, normalize)",
 	"airlock.ToolUpstream": "a tool's upstream (name, path, tool)",
 	"airlock.Answers":      "answers (undo, approver, on_repeat)",

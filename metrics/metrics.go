@@ -26,8 +26,14 @@ type Metrics struct {
 	ApprovalWait    *prometheus.HistogramVec // airlock_approval_wait_seconds{tool}
 	ToolTimeout     *prometheus.GaugeVec     // airlock_tool_timeout_seconds{tool}: the configured limit
 	AuditEvents     prometheus.Counter       // airlock_audit_events_total: events sealed into the chain
+	AuditLostTotal  prometheus.Counter       // airlock_audit_incomplete_total: buffered events given up
+	PlansExpired    *prometheus.CounterVec   // airlock_plans_expired_total{tool}
+	PlansDecided    *prometheus.CounterVec   // airlock_plans_decided_total{tool,decision}
+	SettledTotal    *prometheus.CounterVec   // airlock_settled_total{tool,happened,by}
 	queueDepth      *prometheus.Desc
-	queue           func(ctx context.Context) (map[string]int, error)
+	oldestWait      *prometheus.Desc
+	waiting         func(ctx context.Context) ([]airlock.WaitingPlans, error)
+	now             func() time.Time
 	sideEffectCalls *prometheus.HistogramVec // airlock_side_effect_calls_per_run
 
 	runsMu sync.Mutex
@@ -36,12 +42,14 @@ type Metrics struct {
 
 // Config configures New. A nil *Config means all defaults.
 type Config struct {
-	// AuditDropped, when set, is read at each scrape for
-	// airlock_audit_incomplete_total: audit events that could not be written.
-	AuditDropped func() int64
-	// QueueDepth, when set, is read at each scrape for
-	// airlock_approval_queue_depth{tool}: plans waiting for a person.
-	QueueDepth func(ctx context.Context) (map[string]int, error)
+	// Waiting, when set, is read at each scrape for
+	// airlock_approval_queue_depth{tool} (plans waiting for a person) and
+	// airlock_approval_oldest_wait_seconds{tool} (how long the oldest has
+	// waited). It reads the store, so every replica reports the same.
+	// Default: neither is reported.
+	Waiting func(ctx context.Context) ([]airlock.WaitingPlans, error)
+	// Now tells the time for the oldest wait. Default time.Now.
+	Now func() time.Time
 }
 
 // New registers the collectors on reg.
@@ -86,20 +94,30 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		AuditEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_audit_events_total", Help: "Audit events sealed into the hash chain by this process.",
 		}),
+		AuditLostTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_audit_incomplete_total", Help: "Audit events that could not be written (the log misses them).",
+		}),
+		PlansExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_plans_expired_total", Help: "Plans nobody decided before they expired.",
+		}, []string{"tool"}),
+		PlansDecided: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_plans_decided_total", Help: "Plans decided by a person, by decision (approved or rejected).",
+		}, []string{"tool", "decision"}),
+		SettledTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_settled_total", Help: "In-doubt records settled, by whether the work happened and by whom (person or reconcile).",
+		}, []string{"tool", "happened", "by"}),
 		queueDepth: prometheus.NewDesc("airlock_approval_queue_depth", "Plans waiting for a person.", []string{"tool"}, nil),
-		queue:      cfg.QueueDepth,
+		oldestWait: prometheus.NewDesc("airlock_approval_oldest_wait_seconds", "How long the oldest plan waiting for a person has waited (0: none waits).", []string{"tool"}, nil),
+		waiting:    cfg.Waiting,
+		now:        cfg.Now,
 		runs:       map[string]int{},
 	}
-	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait, m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, queueCollector{m}} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if m.now == nil {
+		m.now = time.Now
 	}
-	if cfg.AuditDropped != nil {
-		dropped := cfg.AuditDropped
-		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "airlock_audit_incomplete_total", Help: "Audit events that could not be written (the log misses them).",
-		}, func() float64 { return float64(dropped()) })); err != nil {
+	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait,
+		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, queueCollector{m}} {
+		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
@@ -108,21 +126,35 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 
 type queueCollector struct{ m *Metrics }
 
-func (q queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- q.m.queueDepth }
+func (q queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- q.m.queueDepth
+	ch <- q.m.oldestWait
+}
 
 func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
-	if q.m.queue == nil {
+	if q.m.waiting == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	depth, err := q.m.queue(ctx)
+	waiting, err := q.m.waiting(ctx)
 	if err != nil {
 		return
 	}
-	for tool, n := range depth {
-		ch <- prometheus.MustNewConstMetric(q.m.queueDepth, prometheus.GaugeValue, float64(n), tool)
+	now := q.m.now()
+	for _, w := range waiting {
+		ch <- prometheus.MustNewConstMetric(q.m.queueDepth, prometheus.GaugeValue, float64(w.Depth), w.Tool)
+		ch <- prometheus.MustNewConstMetric(q.m.oldestWait, prometheus.GaugeValue, OldestWait(w, now).Seconds(), w.Tool)
 	}
+}
+
+// OldestWait is how long the oldest waiting plan has waited at now; zero
+// when none waits.
+func OldestWait(w airlock.WaitingPlans, now time.Time) time.Duration {
+	if w.Depth == 0 || w.Oldest.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(w.Oldest))
 }
 
 // SideEffect implements airlock.Observer.
@@ -177,12 +209,33 @@ func (m *Metrics) RunCall(tool, run string) {
 
 const maxRuns = 10000
 
-// Planned records a new plan.
+// Planned implements plan.Observer: a new plan.
 func (m *Metrics) Planned(tool, decision string) { m.Plans.WithLabelValues(tool, decision).Inc() }
 
-// Decided records a person's decision after a wait.
-func (m *Metrics) Decided(tool string, waited time.Duration) {
+// Decided implements plan.Observer: a person's decision after a wait.
+func (m *Metrics) Decided(tool string, approved bool, waited time.Duration) {
 	m.ApprovalWait.WithLabelValues(tool).Observe(waited.Seconds())
+	decision := "rejected"
+	if approved {
+		decision = "approved"
+	}
+	m.PlansDecided.WithLabelValues(tool, decision).Inc()
+}
+
+// Expired implements plan.Observer: a plan nobody decided in time.
+func (m *Metrics) Expired(tool string, waited time.Duration) {
+	m.PlansExpired.WithLabelValues(tool).Inc()
+}
+
+// AuditLost implements airlock.Observer.
+func (m *Metrics) AuditLost(n int) { m.AuditLostTotal.Add(float64(n)) }
+
+// Settled implements airlock.Observer.
+func (m *Metrics) Settled(tool string, happened bool, by string) {
+	if by != airlock.ActorReconcile {
+		by = "person"
+	}
+	m.SettledTotal.WithLabelValues(tool, map[bool]string{true: "true", false: "false"}[happened], by).Inc()
 }
 
 // SetTimeouts publishes each side-effecting tool's timeout.

@@ -51,6 +51,11 @@ type ToolReport struct {
 	ApprovalWaitP50 float64 `json:"approval_wait_p50_s"`
 	ApprovalWaitP99 float64 `json:"approval_wait_p99_s"`
 	QueueDepth      int     `json:"queue_depth"`
+	// OldestWaitS is how long the oldest plan still awaiting a person has
+	// waited at the report's end (0: none waits).
+	OldestWaitS float64 `json:"approval_oldest_wait_s"`
+	// ExpiresAfterS is the tool's expires_after, to read OldestWaitS against.
+	ExpiresAfterS float64 `json:"expires_after_s,omitempty"`
 }
 
 // Warning is one thing an operator should look at.
@@ -64,7 +69,7 @@ type Warning struct {
 // Source is what the report reads.
 type Source interface {
 	AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error)
-	ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error)
+	WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error)
 }
 
 // maxEvents bounds the events read for one report.
@@ -78,7 +83,7 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 	if err != nil {
 		return nil, err
 	}
-	waiting, err := src.ListPlans(ctx, airlock.PlanFilter{Status: airlock.PlanAwaitingApproval, Limit: 100000})
+	waiting, err := src.WaitingPlans(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -153,9 +158,9 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 			}
 		}
 	}
-	depth := map[string]int{}
-	for _, p := range waiting {
-		depth[p.Tool]++
+	queue := map[string]airlock.WaitingPlans{}
+	for _, w := range waiting {
+		queue[w.Tool] = w
 	}
 	total, whole := 0, 0
 	for k := range claimed {
@@ -175,7 +180,11 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 		}
 		a := get(t.Name)
 		tr := ToolReport{Tool: t.Name, Kind: string(t.Kind), Calls: a.claims, Repeats: a.repeats, RepeatsPrev: a.prevRepeats, Timeouts: a.timeouts,
-			MaxCallsPerRun: t.MaxCallsPerRun, Timeout: t.TimeoutOr().Seconds(), Plans: a.plans, AutoApprovals: a.auto, QueueDepth: depth[t.Name]}
+			MaxCallsPerRun: t.MaxCallsPerRun, Timeout: t.TimeoutOr().Seconds(), Plans: a.plans, AutoApprovals: a.auto, QueueDepth: queue[t.Name].Depth,
+			OldestWaitS: math.Round(OldestWait(queue[t.Name], now).Seconds())}
+		if t.Approval != nil {
+			tr.ExpiresAfterS = t.Approval.ExpiresAfterOr().Seconds()
+		}
 		var perRun []float64
 		for _, n := range a.runs {
 			perRun = append(perRun, float64(n))
@@ -220,6 +229,11 @@ func warnings(t ToolReport) []Warning {
 		w = append(w, Warning{Tool: t.Tool, Level: "warning", Figure: "calls_per_run", Message: fmt.Sprintf(
 			"a run reached max_calls_per_run (%d)", t.MaxCallsPerRun)})
 	}
+	if t.ExpiresAfterS > 0 && t.OldestWaitS >= t.ExpiresAfterS/2 {
+		w = append(w, Warning{Tool: t.Tool, Level: "warning", Figure: "approval_oldest_wait", Message: fmt.Sprintf(
+			"the oldest plan has waited %s for a person, over half of its %s before it expires unattended",
+			time.Duration(t.OldestWaitS)*time.Second, time.Duration(t.ExpiresAfterS)*time.Second)})
+	}
 	if t.Plans > 0 && t.AutoRatePrev > 0 && math.Abs(t.AutoRate-t.AutoRatePrev) >= 0.2 {
 		w = append(w, Warning{Tool: t.Tool, Level: "warning", Figure: "auto_approval_rate", Message: fmt.Sprintf(
 			"automatic approval rate moved from %.0f%% to %.0f%%", 100*t.AutoRatePrev, 100*t.AutoRate)})
@@ -241,15 +255,15 @@ func quantile(xs []float64, q float64) float64 {
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "airlock report %s → %s\n\n", r.Since.Format(time.RFC3339), r.Until.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tCALLS\tREPEATS\tCALLS/RUN p50/max\tTIMEOUTS\tDURATION p50/p99 (limit)\tPLANS\tAUTO\tWAIT p50/p99\tQUEUE")
+	fmt.Fprintln(tw, "TOOL\tCALLS\tREPEATS\tCALLS/RUN p50/max\tTIMEOUTS\tDURATION p50/p99 (limit)\tPLANS\tAUTO\tWAIT p50/p99\tQUEUE (oldest)")
 	for _, t := range r.Tools {
 		limit := ""
 		if t.MaxCallsPerRun > 0 {
 			limit = fmt.Sprintf(" (≤%d)", t.MaxCallsPerRun)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f/%d%s\t%d (%.1f%%)\t%.2fs/%.2fs (%.0fs)\t%d\t%.0f%%\t%.0fs/%.0fs\t%d\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f/%d%s\t%d (%.1f%%)\t%.2fs/%.2fs (%.0fs)\t%d\t%.0f%%\t%.0fs/%.0fs\t%d (%s)\n",
 			t.Tool, t.Calls, t.Repeats, t.CallsPerRunP50, t.CallsPerRunMax, limit, t.Timeouts, 100*t.TimeoutRate,
-			t.DurationP50s, t.DurationP99s, t.Timeout, t.Plans, 100*t.AutoRate, t.ApprovalWaitP50, t.ApprovalWaitP99, t.QueueDepth)
+			t.DurationP50s, t.DurationP99s, t.Timeout, t.Plans, 100*t.AutoRate, t.ApprovalWaitP50, t.ApprovalWaitP99, t.QueueDepth, time.Duration(t.OldestWaitS)*time.Second)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\naudit completeness: %.1f%% of %d side-effecting calls\n", 100*r.AuditCompleteness, r.Calls)

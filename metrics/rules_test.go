@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/metrics"
 )
 
@@ -40,8 +41,7 @@ func TestDeployedRulesUseExportedMetrics(t *testing.T) {
 	t.Parallel()
 	d := &describing{names: map[string]bool{}}
 	_, err := metrics.New(d, &metrics.Config{
-		AuditDropped: func() int64 { return 0 },
-		QueueDepth:   func(context.Context) (map[string]int, error) { return nil, nil },
+		Waiting: func(context.Context) ([]airlock.WaitingPlans, error) { return nil, nil },
 	})
 	if err != nil {
 		t.Fatal(err)

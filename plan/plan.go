@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,15 +27,30 @@ import (
 // Caller finds the upstream of a tool (lookups and commits).
 type Caller func(tool *airlock.Tool) (upstream.Caller, bool)
 
+// Committer runs a commit through the guarded call; *airlock.Guard is one.
+type Committer interface {
+	DoKeyed(ctx context.Context, kc *airlock.KeyedCall, fn airlock.SideEffect) (*airlock.Answer, error)
+}
+
+// Observer is told what happens to plans, whatever front end caused it;
+// package metrics implements it.
+type Observer interface {
+	// Planned reports a new plan and its rule's decision (auto or human).
+	Planned(tool, decision string)
+	// Decided reports a person's decision and how long the plan waited.
+	Decided(tool string, approved bool, waited time.Duration)
+	// Expired reports a plan nobody decided in time, after its wait.
+	Expired(tool string, waited time.Duration)
+}
+
 // Config configures a Service.
 type Config struct {
 	Manifest *airlock.Manifest // required, prepared
-	Store    airlock.Store     // required
-	Guard    *airlock.Guard    // required: commits go through it
+	Store    airlock.PlanStore // required; it enqueues commits of approved plans
+	Guard    Committer         // required: commits go through it
 	Callers  Caller            // required
-	// Enqueue inserts the commit job inside the approving transaction.
-	// Default: none (commits only when Commit is called).
-	Enqueue airlock.Enqueue
+	// Observer is told of new plans, decisions and expiries. Default: none.
+	Observer Observer
 	// Clock. Default: the system clock.
 	Clock airlock.Clock
 	// Logger. Default slog.Default().
@@ -69,10 +85,6 @@ func New(cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
-
-// SetEnqueue sets the queue's enqueue function (the queue is built after
-// the service, since its worker calls the service).
-func (s *Service) SetEnqueue(e airlock.Enqueue) { s.cfg.Enqueue = e }
 
 func newID() string {
 	var b [10]byte
@@ -121,10 +133,7 @@ func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.
 		decision = s.policies[tool.Name].Decide(in)
 	}
 	eval, _ := json.Marshal(decision.Evaluated)
-	expires := time.Duration(24 * time.Hour)
-	if tool.Approval.ExpiresAfter != nil && tool.Approval.ExpiresAfter.IsSet() {
-		expires = tool.Approval.ExpiresAfter.Duration
-	}
+	expires := tool.Approval.ExpiresAfterOr()
 	p := &airlock.Plan{
 		ID: newID(), Key: d.Key, Tool: tool.Name, Rule: decision.Rule, Decision: decision.Decision,
 		Evaluation: eval, Args: canon, Facts: facts, DecisionHash: airlock.DecisionHash(tool.Name, canon, facts),
@@ -136,9 +145,12 @@ func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.
 	if decision.Decision == policy.Auto {
 		p.Status, p.DecidedBy, p.DecidedAt, p.DecisionReason = airlock.PlanApproved, "system", now, "rule "+decision.Rule
 	}
-	stored, created, err := s.cfg.Store.CreatePlan(ctx, p, s.cfg.Enqueue)
+	stored, created, err := s.cfg.Store.CreatePlan(ctx, p)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: storing the plan: %v", airlock.ErrStoreUnavailable, err)
+	}
+	if created && s.cfg.Observer != nil {
+		s.cfg.Observer.Planned(stored.Tool, stored.Decision)
 	}
 	if created && stored.Status == airlock.PlanAwaitingApproval {
 		s.notifyWaiting(stored)
@@ -180,11 +192,28 @@ func (s *Service) lookup(ctx context.Context, tool *airlock.Tool, args map[strin
 	return out.Result, nil
 }
 
-// Decide records a person's decision (an approver's token name in by).
-func (s *Service) Decide(ctx context.Context, id string, approve bool, by, reason, decisionHash string) (*airlock.Plan, error) {
-	return s.cfg.Store.DecidePlan(ctx, &airlock.PlanDecision{
-		ID: id, Approve: approve, By: by, Reason: reason, DecisionHash: decisionHash, Now: s.clock.Now(),
-	}, s.cfg.Enqueue)
+// Decide records a person's decision, whatever the front end (the HTTP
+// API, the page, the CLI): it is the one place where a decision is checked
+// (the decider's role, a reason, the decision hash the person saw, the
+// plan still awaiting and not past its expiry), audited with the decider's
+// name, its commit enqueued when approved, and the plan's wait observed.
+// d.Now is set here, from the service's clock.
+func (s *Service) Decide(ctx context.Context, d airlock.PlanDecision) (*airlock.Plan, error) {
+	if d.ID == "" {
+		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "plan_id", "required: the id of the plan to decide")
+	}
+	d.Reason = strings.TrimSpace(d.Reason)
+	// Stored times keep microseconds; a decision made now is recognised by
+	// its time below.
+	d.Now = s.clock.Now().UTC().Truncate(time.Microsecond)
+	p, err := s.cfg.Store.DecidePlan(ctx, &d)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Observer != nil && p.DecidedAt.Equal(d.Now) && p.DecidedBy == d.By {
+		s.cfg.Observer.Decided(p.Tool, d.Approve, p.DecidedAt.Sub(p.CreatedAt))
+	}
+	return p, nil
 }
 
 // Get returns a plan.
@@ -201,9 +230,70 @@ func (s *Service) List(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Pl
 	return s.cfg.Store.ListPlans(ctx, f)
 }
 
-// Expire moves plans nobody decided in time to expired.
+// Expire moves plans nobody decided in time to expired (each audited by
+// the store) and reports them to the observer.
 func (s *Service) Expire(ctx context.Context) (int, error) {
-	return s.cfg.Store.ExpirePlans(ctx, s.clock.Now())
+	expired, err := s.cfg.Store.ExpirePlans(ctx, s.clock.Now())
+	if err != nil {
+		return 0, err
+	}
+	if s.cfg.Observer != nil {
+		for _, p := range expired {
+			s.cfg.Observer.Expired(p.Tool, p.UpdatedAt.Sub(p.CreatedAt))
+		}
+	}
+	return len(expired), nil
+}
+
+// RunExpiry expires undecided plans every interval until ctx ends.
+func (s *Service) RunExpiry(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := s.Expire(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("airlock: expiring plans", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Waiting counts the plans awaiting a person per tool, with the oldest
+// one's age at now; every irreversible tool is listed, zero when none waits.
+func (s *Service) Waiting(ctx context.Context) ([]airlock.WaitingPlans, error) {
+	return WaitingByTool(ctx, s.cfg.Store, s.cfg.Manifest)
+}
+
+// WaitingByTool is Service.Waiting for a store without a service (the report).
+func WaitingByTool(ctx context.Context, st interface {
+	WaitingPlans(context.Context) ([]airlock.WaitingPlans, error)
+}, m *airlock.Manifest) ([]airlock.WaitingPlans, error) {
+	got, err := st.WaitingPlans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byTool := map[string]airlock.WaitingPlans{}
+	for _, w := range got {
+		byTool[w.Tool] = w
+	}
+	var out []airlock.WaitingPlans
+	for _, t := range m.Tools {
+		if t.Kind == airlock.KindIrreversible {
+			w := byTool[t.Name]
+			w.Tool = t.Name
+			out = append(out, w)
+			delete(byTool, t.Name)
+		}
+	}
+	for _, w := range got { // tools no longer in the manifest still wait
+		if _, left := byTool[w.Tool]; left {
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
 
 // ErrRetry asks the queue to run the commit again later: another worker

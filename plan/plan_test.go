@@ -74,39 +74,61 @@ type bundle struct {
 
 type driver struct {
 	name string
-	open func(t *testing.T, svcFor func(airlock.Store) *plan.Service) (airlock.Store, *riverqueue.Queue)
+	// open opens a migrated store whose approvals enqueue commits, and the
+	// function that starts working them.
+	open func(t *testing.T) (airlock.Store, func(riverqueue.Committer) *riverqueue.Worker)
 }
 
+var workerConfig = &riverqueue.Config{FetchPollInterval: 50 * time.Millisecond}
+
 func drivers() []driver {
+	ins, err := riverqueue.NewInserter()
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
 	return []driver{
-		{"sqlite", func(t *testing.T, svcFor func(airlock.Store) *plan.Service) (airlock.Store, *riverqueue.Queue) {
-			path := filepath.Join(t.TempDir(), "airlock.db")
-			s, err := sqlite.Open(path, nil)
+		{"sqlite", func(t *testing.T) (airlock.Store, func(riverqueue.Committer) *riverqueue.Worker) {
+			s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), &sqlite.Config{EnqueueCommit: ins.SQLite})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Migrate(context.Background()); err != nil {
+			if err := s.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			q, err := riverqueue.SQLite(context.Background(), path, svcFor(s), &riverqueue.Config{FetchPollInterval: 50 * time.Millisecond})
+			db, err := s.OpenDB(1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return s, q
+			if err := riverqueue.MigrateSQLite(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			return s, func(c riverqueue.Committer) *riverqueue.Worker {
+				w, err := riverqueue.StartSQLite(ctx, db, c, workerConfig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
 		}},
-		{"postgres", func(t *testing.T, svcFor func(airlock.Store) *plan.Service) (airlock.Store, *riverqueue.Queue) {
-			s, err := postgres.Open(context.Background(), testdb.Schema(t), nil)
+		{"postgres", func(t *testing.T) (airlock.Store, func(riverqueue.Committer) *riverqueue.Worker) {
+			s, err := postgres.Open(ctx, testdb.Schema(t), &postgres.Config{EnqueueCommit: ins.Postgres})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Migrate(context.Background()); err != nil {
+			if err := s.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			q, err := riverqueue.Postgres(context.Background(), s.Pool(), svcFor(s), &riverqueue.Config{FetchPollInterval: 50 * time.Millisecond})
-			if err != nil {
+			if err := riverqueue.MigratePostgres(ctx, s.Pool()); err != nil {
 				t.Fatal(err)
 			}
-			return s, q
+			return s, func(c riverqueue.Committer) *riverqueue.Worker {
+				w, err := riverqueue.StartPostgres(ctx, s.Pool(), c, workerConfig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
 		}},
 	}
 }
@@ -118,20 +140,13 @@ func setup(t *testing.T, d driver) *bundle {
 		t.Fatal(err)
 	}
 	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000, "WD-24817": 100000}, approvals: map[string]int{}}
-	var svc *plan.Service
-	var guard *airlock.Guard
-	s, q := d.open(t, func(s airlock.Store) *plan.Service {
-		guard = airlock.NewGuard(s, nil)
-		svc, err = plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: l.caller})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return svc
-	})
-	svc.SetEnqueue(q.Enqueue())
-	if err := q.Start(context.Background()); err != nil {
+	s, startWorker := d.open(t)
+	guard := airlock.NewGuard(s, nil)
+	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: l.caller})
+	if err != nil {
 		t.Fatal(err)
 	}
+	q := startWorker(svc)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -193,11 +208,11 @@ func TestPlans(t *testing.T) {
 				if n := b.ledger.count("WD-BIG"); n != 0 {
 					t.Fatalf("executed before approval: %d", n)
 				}
-				if _, err := b.svc.Decide(ctx, p.ID, true, "alice", "ok", "stale"); airlock.ErrorCode(err) != airlock.CodeConflict {
+				if _, err := b.svc.Decide(ctx, decision(p.ID, true, "ok", "stale")); airlock.ErrorCode(err) != airlock.CodeConflict {
 					t.Fatalf("stale hash: %v", err)
 				}
 				for range 2 {
-					if _, err := b.svc.Decide(ctx, p.ID, true, "alice", "checked the ledger", p.DecisionHash); err != nil {
+					if _, err := b.svc.Decide(ctx, decision(p.ID, true, "checked the ledger", p.DecisionHash)); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -215,7 +230,7 @@ func TestPlans(t *testing.T) {
 				b.ledger.amounts["WD-REJ"] = 999999
 				b.ledger.mu.Unlock()
 				p, _, _ := b.svc.Propose(ctx, b.tool, args("WD-REJ"), "run-4")
-				if _, err := b.svc.Decide(ctx, p.ID, false, "alice", "fraud", p.DecisionHash); err != nil {
+				if _, err := b.svc.Decide(ctx, decision(p.ID, false, "fraud", p.DecisionHash)); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(300 * time.Millisecond)
@@ -318,4 +333,9 @@ func TestWebhookAnnouncesPlansWaitingForAPerson(t *testing.T) {
 	if hits.Load() != before {
 		t.Fatal("an automatic plan was announced")
 	}
+}
+
+// decision is alice's (an approver's) decision on a plan.
+func decision(id string, approve bool, reason, hash string) airlock.PlanDecision {
+	return airlock.PlanDecision{ID: id, Approve: approve, By: "alice", Role: airlock.RoleApprover, Reason: reason, DecisionHash: hash}
 }

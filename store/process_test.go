@@ -248,7 +248,7 @@ func TestKilledMidCallBecomesInDoubt(t *testing.T) {
 					t.Fatalf("repeat of an in-doubt call: %+v, %v, ran %d; want in_doubt, repeat, not run", ans, err, ran)
 				}
 
-				if _, err := g.Settle(ctx, d.Key, happened, json.RawMessage(`{"settled":true}`), "checked the ledger"); err != nil {
+				if _, err := g.Settle(ctx, airlock.SettleRequest{Key: d.Key, Happened: happened, Result: json.RawMessage(`{"settled":true}`), Note: "checked the ledger", By: "alice"}); err != nil {
 					t.Fatal(err)
 				}
 				ans, err = g.Do(ctx, call, fn)

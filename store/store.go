@@ -52,7 +52,7 @@ func OpenWith(ctx context.Context, dsn string, o Options) (airlock.Store, error)
 	}
 	switch kind {
 	case "sqlite":
-		s, err := sqlite.Open(sqlitePath(dsn), &sqlite.Config{NoAudit: o.NoAudit})
+		s, err := sqlite.Open(SQLitePath(dsn), &sqlite.Config{NoAudit: o.NoAudit})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
 		}
@@ -79,7 +79,8 @@ func OpenMigrated(ctx context.Context, dsn string) (airlock.Store, error) {
 	return s, nil
 }
 
-func sqlitePath(dsn string) string {
+// SQLitePath is the file a sqlite: DSN names.
+func SQLitePath(dsn string) string {
 	p := strings.TrimPrefix(dsn, "sqlite:")
 	// Accept sqlite:///abs/path and sqlite://rel as well as sqlite:PATH.
 	if strings.HasPrefix(p, "//") {

@@ -38,18 +38,28 @@ type Principal struct{ Name, Role string }
 // Config configures the UI.
 type Config struct {
 	Manifest *airlock.Manifest // required
-	Store    airlock.Store     // required
+	Store    Store             // required (the lists and the figures)
 	Guard    *airlock.Guard    // required (settling)
 	Plans    *plan.Service     // required (deciding)
 	// Authenticate maps a bearer token to its principal.
 	Authenticate func(token string) (Principal, bool)
 	// Reconcile asks the tool's reconcile_with read tool about an in-doubt
-	// record. Default: none (the page shows the record only).
-	Reconcile func(ctx context.Context, rec *airlock.Record) (json.RawMessage, error)
+	// record, to show its answer beside the record. Default: none (the page
+	// shows the record only).
+	Reconcile interface {
+		Ask(ctx context.Context, rec *airlock.Record) (*airlock.Reconciliation, error)
+	}
 	// SessionTTL is how long a sign-in lasts. Default 8h.
 	SessionTTL time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// Store is what the page reads of the store.
+type Store interface {
+	ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error)
+	ListRecords(ctx context.Context, state airlock.State, limit int) ([]*airlock.Record, error)
+	metrics.Source
 }
 
 type session struct {
@@ -341,11 +351,10 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "action must be approve or reject", http.StatusBadRequest)
 		return
 	}
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	msg := ""
-	if reason == "" {
-		msg = "A reason is required."
-	} else if _, err := u.cfg.Plans.Decide(r.Context(), id, action == "approve", s.p.Name, reason, r.PostFormValue("decision_hash")); err != nil {
+	if _, err := u.cfg.Plans.Decide(r.Context(), airlock.PlanDecision{
+		ID: id, Approve: action == "approve", By: s.p.Name, Role: s.p.Role, Reason: r.PostFormValue("reason"), DecisionHash: r.PostFormValue("decision_hash"),
+	}); err != nil {
 		var e *airlock.Error
 		if errorsAs(err, &e) {
 			msg = e.Message
@@ -417,12 +426,12 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 		v := view{Record: rec}
 		if u.cfg.Reconcile != nil && i < 50 {
 			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-			out, err := u.cfg.Reconcile(ctx, rec)
+			found, err := u.cfg.Reconcile.Ask(ctx, rec)
 			cancel()
 			if err != nil {
 				v.ReconcileErr = err.Error()
 			} else {
-				v.Reconciled = out
+				v.Reconciled = found.Answer
 			}
 		}
 		views = append(views, v)
@@ -436,23 +445,17 @@ func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusForbidden, "signin", "Refused", nil, "Only admins settle records.")
 		return
 	}
-	note := strings.TrimSpace(r.PostFormValue("note"))
-	happened := r.PostFormValue("happened") == "true"
-	result := json.RawMessage(strings.TrimSpace(r.PostFormValue("result")))
-	msg := ""
-	switch {
-	case note == "":
-		msg = "A note is required."
-	case happened && len(result) > 0 && !json.Valid(result):
-		msg = "The result must be JSON."
-	default:
-		if !happened {
-			result = nil
-		}
-		if _, err := u.cfg.Guard.Settle(r.Context(), r.PathValue("key"), happened, result, s.p.Name+": "+note); err != nil {
-			msg = err.Error()
+	msg := "Settled."
+	_, err := u.cfg.Guard.Settle(r.Context(), airlock.SettleRequest{
+		Key: r.PathValue("key"), Happened: r.PostFormValue("happened") == "true",
+		Result: json.RawMessage(strings.TrimSpace(r.PostFormValue("result"))), Note: r.PostFormValue("note"), By: s.p.Name,
+	})
+	if err != nil {
+		var e *airlock.Error
+		if errorsAs(err, &e) {
+			msg = e.Message
 		} else {
-			msg = "Settled."
+			msg = err.Error()
 		}
 	}
 	http.Redirect(w, r, "/ui/in-doubt?msg="+url.QueryEscape(msg), http.StatusSeeOther)

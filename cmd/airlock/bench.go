@@ -54,15 +54,15 @@ func cmdBench(e *env, args []string) int {
 		return fail(e, "%v", err)
 	}
 	cfg.Store = kind
+	if *through != "" {
+		return benchThrough(e, *db, cfg, *through)
+	}
 	s, err := store.OpenMigrated(e.ctx, *db)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
 	defer s.Close()
 
-	if *through != "" {
-		return benchThrough(e, s, cfg, *through)
-	}
 	if *compareAudit {
 		return benchCompareAudit(e, s, *db, cfg)
 	}
@@ -109,8 +109,8 @@ func cmdBench(e *env, args []string) int {
 // benchThrough measures a call path end to end; for the gateway paths it
 // first measures a direct call and the core path on fresh keys, so the
 // added cost is read from one run.
-func benchThrough(e *env, s airlock.Store, cfg bench.Config, path string) int {
-	th, err := bench.StartThrough(e.ctx, s)
+func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
+	th, err := bench.StartThrough(e.ctx, dsn)
 	if err != nil {
 		return fail(e, "%v", err)
 	}

@@ -19,12 +19,8 @@ import (
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals/payments"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
-	"github.com/airlockhq/airlock/plan"
-	"github.com/airlockhq/airlock/plan/riverqueue"
-	"github.com/airlockhq/airlock/store/sqlite"
-	"github.com/airlockhq/airlock/upstream"
-	"github.com/airlockhq/airlock/upstream/httpjson"
 )
 
 // The demo's incident: six overnight withdrawals; approving WD-24812 takes
@@ -113,40 +109,10 @@ func cmdDemo(e *env, args []string) int {
 	up := m.Upstreams["payments"]
 	up.HTTP = payURL
 	m.Upstreams["payments"] = up
-	dbPath := filepath.Join(dir, "airlock.db")
-	st, err := sqlite.Open(dbPath, nil)
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		return fail(e, "%v", err)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	guard := airlock.NewGuard(st, &airlock.GuardConfig{Logger: quiet})
-	defer guard.Close()
-	pay := httpjson.New(payURL, nil)
-	callers := func(*airlock.Tool) (upstream.Caller, bool) { return pay, true }
-	plans, err := plan.New(plan.Config{Manifest: m, Store: st, Guard: guard, Callers: callers, Logger: quiet})
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	q, err := riverqueue.SQLite(ctx, dbPath, plans, &riverqueue.Config{FetchPollInterval: 50 * time.Millisecond})
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	plans.SetEnqueue(q.Enqueue())
-	if err := q.Start(ctx); err != nil {
-		return fail(e, "%v", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = q.Stop(sctx)
-	}()
 	const agentToken, approverToken = "demo-agent", "demo-approver"
-	gw, err := gateway.New(gateway.Config{
-		Manifest: m, Guard: guard, Store: st, Upstreams: map[string]upstream.Caller{"payments": pay}, Plans: plans, Logger: quiet,
+	a, err := app.New(ctx, &app.Config{
+		Manifest: m, DSN: "sqlite:" + filepath.Join(dir, "airlock.db"), Migrate: true, Logger: slog.New(slog.DiscardHandler),
+		CommitPoll: 50 * time.Millisecond,
 		Tokens: []gateway.Token{
 			{Name: "overnight-agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken(agentToken)},
 			{Name: "alice", Role: airlock.RoleApprover, SHA256: gateway.HashToken(approverToken)},
@@ -155,6 +121,12 @@ func cmdDemo(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "%v", err)
 	}
+	defer a.Close(context.Background())
+	if err := a.Start(ctx); err != nil {
+		return fail(e, "%v", err)
+	}
+	plans := a.Plans
+	gw := a.Gateway
 	gwURL, stopGW, err := serveLoopback(gw.Handler())
 	if err != nil {
 		return fail(e, "%v", err)
@@ -218,7 +190,8 @@ func cmdDemo(e *env, args []string) int {
 	if id, ok := planIDs["WD-24817"]; ok {
 		p, err := plans.Get(ctx, id)
 		if err == nil {
-			if _, err := plans.Decide(ctx, id, true, "alice", "called the customer; the withdrawal is expected", p.DecisionHash); err != nil {
+			if _, err := plans.Decide(ctx, airlock.PlanDecision{ID: id, Approve: true, By: "alice", Role: airlock.RoleApprover,
+				Reason: "called the customer; the withdrawal is expected", DecisionHash: p.DecisionHash}); err != nil {
 				fmt.Fprintf(out, "   approval failed: %v\n", err)
 			}
 			if p, err := plans.WaitForCommit(ctx, id, 10*time.Second); err == nil {

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	_ "time/tzdata" // business_day windows need zone data on machines without it
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store"
 )
@@ -140,17 +142,18 @@ func cmdMigrate(e *env, args []string) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	s, err := store.OpenMigrated(e.ctx, *db)
+	m, err := manifest.Example() // migrating needs no tools; any manifest will do
 	if err != nil {
 		return fail(e, "%v", err)
 	}
-	defer s.Close()
-	// River's tables (the commit queue) are migrated by building its client.
-	q, err := insertOnlyQueue(e.ctx, s)
+	// The store's tables and River's (the commit queue).
+	a, err := app.New(e.ctx, &app.Config{Manifest: m, DSN: *db, Migrate: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return fail(e, "migrating the commit queue: %v", err)
+		return fail(e, "%v", err)
 	}
-	_ = q.Stop(context.Background())
+	if err := a.Close(context.Background()); err != nil {
+		return fail(e, "%v", err)
+	}
 	fmt.Fprintf(e.stdout, "migrated %s\n", redactDSN(*db))
 	return 0
 }

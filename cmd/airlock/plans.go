@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -14,29 +16,29 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
-	"github.com/airlockhq/airlock/plan/riverqueue"
-	"github.com/airlockhq/airlock/store"
-	"github.com/airlockhq/airlock/store/postgres"
-	"github.com/airlockhq/airlock/store/sqlite"
+	"github.com/airlockhq/airlock/internal/app"
 )
 
-// planClient reaches plans either through a running server (--url, --token)
-// or the database directly (--db).
+// planClient reaches plans and records either through a running server
+// (--url, --token) or the database directly (--db): then through the same
+// services a server runs (the plan service decides, the guard settles), so
+// a decision made here is checked and audited exactly as one in the page.
 type planClient struct {
 	url, token string
-	st         airlock.Store
+	app        *app.App
 	by         string
 }
 
-func planFlags(fs *flag.FlagSet) (db, url, token, by *string) {
+func planFlags(fs *flag.FlagSet) (db, url, token, by, config *string) {
 	db = fs.String("db", os.Getenv("AIRLOCK_DB"), "the database (sqlite:PATH or postgres://…), instead of --url")
 	url = fs.String("url", os.Getenv("AIRLOCK_URL"), "a running airlock server, such as http://127.0.0.1:8420; env AIRLOCK_URL")
 	token = fs.String("token", os.Getenv("AIRLOCK_TOKEN"), "an approver or admin token for --url; env AIRLOCK_TOKEN")
-	by = fs.String("as", os.Getenv("USER"), "with --db: the approver's name recorded on the decision")
+	by = fs.String("as", os.Getenv("USER"), "with --db: the name recorded on the decision or settlement (with database access you act as an admin)")
+	config = configFlag(fs)
 	return
 }
 
-func openPlanClient(ctx context.Context, db, url, token, by string) (*planClient, error) {
+func openPlanClient(ctx context.Context, db, url, token, by, config string) (*planClient, error) {
 	switch {
 	case url != "":
 		if token == "" {
@@ -44,18 +46,43 @@ func openPlanClient(ctx context.Context, db, url, token, by string) (*planClient
 		}
 		return &planClient{url: strings.TrimSuffix(url, "/"), token: token}, nil
 	case db != "":
-		s, err := store.OpenMigrated(ctx, db)
+		m, err := loadManifest(config)
 		if err != nil {
 			return nil, err
 		}
-		return &planClient{st: s, by: by}, nil
+		// No migrations and no background loops: a running server owns them.
+		a, err := app.New(ctx, &app.Config{Manifest: m, ManifestDir: manifestDir(config), DSN: db, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return nil, err
+		}
+		if err := a.Store.Ping(ctx); err != nil {
+			_ = a.Close(context.Background())
+			return nil, fmt.Errorf("%v (run airlock migrate --db first)", err)
+		}
+		if strings.TrimSpace(by) == "" {
+			by = "cli" // no --as and no $USER
+		}
+		return &planClient{app: a, by: by}, nil
 	}
 	return nil, fmt.Errorf("give --url and --token (a running server) or --db (the database)")
 }
 
+// flagError names the flag that carries a field the services refused
+// (--note, --reason, --result), so the operator knows what to fix.
+func flagError(err error) error {
+	var e *airlock.Error
+	if errors.As(err, &e) {
+		switch e.Field {
+		case "note", "reason", "result":
+			return fmt.Errorf("--%s: %s", e.Field, e.Message)
+		}
+	}
+	return err
+}
+
 func (c *planClient) Close() {
-	if c.st != nil {
-		c.st.Close()
+	if c.app != nil {
+		_ = c.app.Close(context.Background())
 	}
 }
 
@@ -89,8 +116,8 @@ func (c *planClient) do(ctx context.Context, method, path string, body any, out 
 }
 
 func (c *planClient) list(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
-	if c.st != nil {
-		return c.st.ListPlans(ctx, f)
+	if c.app != nil {
+		return c.app.Plans.List(ctx, f)
 	}
 	var out struct {
 		Plans []*airlock.Plan `json:"plans"`
@@ -100,8 +127,8 @@ func (c *planClient) list(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 }
 
 func (c *planClient) get(ctx context.Context, id string) (*airlock.Plan, error) {
-	if c.st != nil {
-		return c.st.GetPlan(ctx, id)
+	if c.app != nil {
+		return c.app.Plans.Get(ctx, id)
 	}
 	var p airlock.Plan
 	return &p, c.do(ctx, "GET", "/v1/plans/"+id, nil, &p)
@@ -112,17 +139,12 @@ func (c *planClient) decide(ctx context.Context, id string, approve bool, reason
 	if err != nil {
 		return nil, err
 	}
-	if c.st != nil {
+	if c.app != nil {
 		// Directly on the database: the commit job goes into River's
 		// table in the deciding transaction; a running server works it.
-		q, err := insertOnlyQueue(ctx, c.st)
-		if err != nil {
-			return nil, err
-		}
-		defer q.Stop(context.Background())
-		return c.st.DecidePlan(ctx, &airlock.PlanDecision{
-			ID: id, Approve: approve, By: c.by, Reason: reason, DecisionHash: p.DecisionHash, Now: time.Now(),
-		}, q.Enqueue())
+		return c.app.Plans.Decide(ctx, airlock.PlanDecision{
+			ID: id, Approve: approve, By: c.by, Role: airlock.RoleAdmin, Reason: reason, DecisionHash: p.DecisionHash,
+		})
 	}
 	verb := "reject"
 	if approve {
@@ -139,7 +161,7 @@ func cmdPlans(e *env, args []string) int {
 	}
 	sub := args[0]
 	fs := newFlags(e, "plans "+sub)
-	db, url, token, by := planFlags(fs)
+	db, url, token, by, config := planFlags(fs)
 	status := fs.String("status", "", "list: only plans with this status (awaiting_approval, committed, …)")
 	tool := fs.String("tool", "", "list: only this tool's plans")
 	run := fs.String("run", "", "list: only this run's plans")
@@ -155,7 +177,7 @@ func cmdPlans(e *env, args []string) int {
 		return 2
 	}
 	rest = append(rest, fs.Args()...)
-	c, err := openPlanClient(e.ctx, *db, *url, *token, *by)
+	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
@@ -200,12 +222,9 @@ func cmdPlans(e *env, args []string) int {
 		if !ok {
 			return 2
 		}
-		if strings.TrimSpace(*reason) == "" {
-			return fail(e, "--reason is required: why (it goes in the audit trail)")
-		}
 		p, err := c.decide(ctx, id, sub == "approve", *reason)
 		if err != nil {
-			return fail(e, "%v", err)
+			return fail(e, "%v", flagError(err))
 		}
 		fmt.Fprintf(e.stdout, "plan %s: %s by %s\n", p.ID, p.Status, p.DecidedBy)
 		return 0
@@ -222,16 +241,4 @@ func printJSON(e *env, v any) int {
 		return fail(e, "%v", err)
 	}
 	return 0
-}
-
-// insertOnlyQueue is a commit queue that only inserts jobs (it is never
-// started); the server's queue works them.
-func insertOnlyQueue(ctx context.Context, s airlock.Store) (*riverqueue.Queue, error) {
-	switch st := s.(type) {
-	case *sqlite.Store:
-		return riverqueue.SQLite(ctx, st.Path(), nil, nil)
-	case *postgres.Store:
-		return riverqueue.Postgres(ctx, st.Pool(), nil, nil)
-	}
-	return nil, fmt.Errorf("no commit queue for %T", s)
 }

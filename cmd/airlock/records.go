@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -19,14 +18,14 @@ func cmdRecords(e *env, args []string) int {
 	}
 	sub, key := args[0], args[1]
 	fs := newFlags(e, "records "+sub)
-	db, url, token, by := planFlags(fs)
+	db, url, token, by, config := planFlags(fs)
 	happened := fs.String("happened", "", "settle: true (it happened; give --result) or false (it did not; the key is freed)")
 	result := fs.String("result", "", "settle: the result, as JSON, when it happened")
 	note := fs.String("note", "", "settle: how you know (required)")
 	if code, ok := parse(fs, args[2:]); !ok {
 		return code
 	}
-	c, err := openPlanClient(e.ctx, *db, *url, *token, *by)
+	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
@@ -34,8 +33,8 @@ func cmdRecords(e *env, args []string) int {
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
 	if sub == "show" {
-		if c.st != nil {
-			rec, err := c.st.Get(ctx, key)
+		if c.app != nil {
+			rec, err := c.app.Guard.Get(ctx, key)
 			if err != nil {
 				return fail(e, "no record with key %s", key)
 			}
@@ -50,9 +49,6 @@ func cmdRecords(e *env, args []string) int {
 	if *happened != "true" && *happened != "false" {
 		return fail(e, "--happened must be true or false")
 	}
-	if strings.TrimSpace(*note) == "" {
-		return fail(e, "--note is required: how you know (it goes in the audit trail)")
-	}
 	var res json.RawMessage
 	if *result != "" {
 		if !json.Valid([]byte(*result)) {
@@ -60,12 +56,10 @@ func cmdRecords(e *env, args []string) int {
 		}
 		res = json.RawMessage(*result)
 	}
-	if c.st != nil {
-		g := airlock.NewGuard(c.st, nil)
-		defer g.Close()
-		rec, err := g.Settle(airlock.WithActor(ctx, c.by), key, *happened == "true", res, c.by+": "+*note)
+	if c.app != nil {
+		rec, err := c.app.Guard.Settle(airlock.WithActor(ctx, c.by), airlock.SettleRequest{Key: key, Happened: *happened == "true", Result: res, Note: *note, By: c.by})
 		if err != nil {
-			return fail(e, "%v", err)
+			return fail(e, "%v", flagError(err))
 		}
 		fmt.Fprintf(e.stdout, "record %s: %s\n", key, rec.State)
 		return 0
@@ -76,7 +70,7 @@ func cmdRecords(e *env, args []string) int {
 	}
 	var rec airlock.Record
 	if err := c.do(ctx, "POST", "/v1/records/"+key+"/settle", body, &rec); err != nil {
-		return fail(e, "%v", err)
+		return fail(e, "%v", flagError(err))
 	}
 	fmt.Fprintf(e.stdout, "record %s: %s\n", key, rec.State)
 	return 0

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/upstream"
 	"github.com/airlockhq/airlock/upstream/httpjson"
 )
@@ -34,6 +35,7 @@ const benchToken = "bench-agent-token"
 // Through is an in-process upstream and gateway on loopback, for measuring
 // the whole path of a call.
 type Through struct {
+	app         *app.App
 	guard       *airlock.Guard
 	closeOnce   sync.Once
 	tool        *airlock.Tool
@@ -45,8 +47,10 @@ type Through struct {
 	mcp         *mcp.ClientSession
 }
 
-// StartThrough starts the upstream and the gateway over store.
-func StartThrough(ctx context.Context, store airlock.Store) (*Through, error) {
+// StartThrough starts the upstream and a whole airlock server (the same
+// assembly as airlock serve, with its background loops) on the database
+// dsn names, its gateway on loopback.
+func StartThrough(ctx context.Context, dsn string) (*Through, error) {
 	t := &Through{}
 	t.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}}
 	up, err := t.serve(http.HandlerFunc(t.upstream))
@@ -60,19 +64,27 @@ func StartThrough(ctx context.Context, store airlock.Store) (*Through, error) {
 	t.tool.Upstream = &airlock.ToolUpstream{Name: "bench", Path: "/do"}
 	m := &airlock.Manifest{Version: 1, Upstreams: map[string]airlock.Upstream{"bench": {HTTP: up}}, Tools: []*airlock.Tool{t.tool}}
 	if err := m.Prepare(); err != nil {
+		t.Close()
 		return nil, err
 	}
-	t.guard = airlock.NewGuard(store, nil)
-	gw, err := gateway.New(gateway.Config{
-		Manifest: m, Guard: t.guard, Store: store,
-		Upstreams: map[string]upstream.Caller{"bench": httpjson.New(up, &httpjson.Config{HTTPClient: t.client})},
-		Tokens:    []gateway.Token{{Name: "bench", Role: airlock.RoleAgent, SHA256: gateway.HashToken(benchToken)}},
-		Logger:    slog.New(slog.DiscardHandler),
+	a, err := app.New(ctx, &app.Config{
+		Manifest: m, DSN: dsn, Migrate: true, Logger: slog.New(slog.DiscardHandler),
+		// The upstream through a client that keeps enough idle connections
+		// for the benchmark's concurrency.
+		Funcs:  map[string]upstream.Caller{t.tool.Name: httpjson.New(up, &httpjson.Config{HTTPClient: t.client})},
+		Tokens: []gateway.Token{{Name: "bench", Role: airlock.RoleAgent, SHA256: gateway.HashToken(benchToken)}},
 	})
 	if err != nil {
+		t.Close()
 		return nil, err
 	}
-	if t.gatewayURL, err = t.serve(gw.Handler()); err != nil {
+	t.app, t.guard = a, a.Guard
+	if err := a.Start(ctx); err != nil {
+		t.Close()
+		return nil, err
+	}
+	if t.gatewayURL, err = t.serve(a.Gateway.Handler()); err != nil {
+		t.Close()
 		return nil, err
 	}
 	return t, nil
@@ -99,8 +111,8 @@ func (t *Through) Close() {
 		for _, s := range t.servers {
 			_ = s.Close()
 		}
-		if t.guard != nil {
-			t.guard.Close()
+		if t.app != nil {
+			_ = t.app.Close(context.Background()) // writes the buffered audit events
 		}
 	})
 }

@@ -1,9 +1,10 @@
 // Package riverqueue runs plan commits on River (github.com/riverqueue/river):
-// the commit job is inserted in the same transaction that approves the
-// plan (unique per plan), and the worker calls plan.Service.Commit, which
-// goes through the guarded call with the tool's key — so a retried or
-// rescued job never executes the tool twice. PostgreSQL uses River's pgx
-// driver; SQLite its database/sql driver on a connection of its own.
+// the commit job is inserted by the store in the same transaction that
+// approves the plan (unique per plan; Inserter), and the worker calls
+// plan.Service.Commit, which goes through the guarded call with the tool's
+// key — so a retried or rescued job never executes the tool twice.
+// PostgreSQL uses River's pgx driver on the store's pool; SQLite its
+// database/sql driver on a connection opened with the store's settings.
 package riverqueue
 
 import (
@@ -38,14 +39,19 @@ func (CommitArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}, MaxAttempts: 10}
 }
 
+// Committer commits a plan; *plan.Service is one.
+type Committer interface {
+	Commit(ctx context.Context, planID string) error
+}
+
 type worker struct {
 	river.WorkerDefaults[CommitArgs]
-	svc     *plan.Service
+	commits Committer
 	timeout time.Duration
 }
 
 func (w *worker) Work(ctx context.Context, job *river.Job[CommitArgs]) error {
-	err := w.svc.Commit(ctx, job.Args.PlanID)
+	err := w.commits.Commit(ctx, job.Args.PlanID)
 	if errors.Is(err, plan.ErrRetry) {
 		return river.JobSnooze(time.Second)
 	}
@@ -55,30 +61,56 @@ func (w *worker) Work(ctx context.Context, job *river.Job[CommitArgs]) error {
 // Timeout bounds one commit attempt (the tool's own timeout applies inside).
 func (w *worker) Timeout(*river.Job[CommitArgs]) time.Duration { return w.timeout }
 
-// Queue is a running River client.
-type Queue struct {
-	start   func(context.Context) error
+// Inserter inserts commit jobs inside a store's own transaction, typed to
+// each driver's transaction. It holds no connection (River's insert-only
+// clients), so it is built before the store that calls it.
+type Inserter struct {
+	pg   *river.Client[pgx.Tx]
+	lite *river.Client[*sql.Tx]
+}
+
+// NewInserter builds the inserter.
+func NewInserter() (*Inserter, error) {
+	quiet := slog.New(slog.DiscardHandler)
+	pg, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	lite, err := river.NewClient(riversqlite.New(nil), &river.Config{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	return &Inserter{pg: pg, lite: lite}, nil
+}
+
+// Postgres inserts p's commit job in a PostgreSQL transaction.
+func (i *Inserter) Postgres(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error {
+	_, err := i.pg.InsertTx(ctx, tx, CommitArgs{PlanID: p.ID}, nil)
+	return err
+}
+
+// SQLite inserts p's commit job in a SQLite transaction.
+func (i *Inserter) SQLite(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error {
+	_, err := i.lite.InsertTx(ctx, tx, CommitArgs{PlanID: p.ID}, nil)
+	return err
+}
+
+// Worker works commit jobs until stopped.
+type Worker struct {
 	stop    func(context.Context) error
-	enqueue airlock.Enqueue
 	closeDB func() error
 }
 
-// Enqueue is the function the store calls inside the approving transaction.
-func (q *Queue) Enqueue() airlock.Enqueue { return q.enqueue }
-
-// Start starts working jobs.
-func (q *Queue) Start(ctx context.Context) error { return q.start(ctx) }
-
 // Stop stops after the jobs in hand finish (or ctx ends).
-func (q *Queue) Stop(ctx context.Context) error {
-	err := q.stop(ctx)
-	if q.closeDB != nil {
-		err = errors.Join(err, q.closeDB())
+func (w *Worker) Stop(ctx context.Context) error {
+	err := w.stop(ctx)
+	if w.closeDB != nil {
+		err = errors.Join(err, w.closeDB())
 	}
 	return err
 }
 
-// Config configures a queue. A nil *Config means all defaults.
+// Config configures a worker. A nil *Config means all defaults.
 type Config struct {
 	// Workers is how many commits run at once. Default 8.
 	Workers int
@@ -95,7 +127,7 @@ type Config struct {
 	RescueAfter time.Duration
 }
 
-func riverConfig(svc *plan.Service, cfg *Config) *river.Config {
+func riverConfig(commits Committer, cfg *Config) *river.Config {
 	if cfg == nil {
 		cfg = &Config{}
 	}
@@ -110,7 +142,7 @@ func riverConfig(svc *plan.Service, cfg *Config) *river.Config {
 		rescue = 2 * timeout
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &worker{svc: svc, timeout: timeout})
+	river.AddWorker(workers, &worker{commits: commits, timeout: timeout})
 	n := cfg.Workers
 	if n <= 0 {
 		n = 8
@@ -136,69 +168,53 @@ func riverConfig(svc *plan.Service, cfg *Config) *river.Config {
 	}
 }
 
-// Postgres builds a queue on a pgx pool, migrating River's tables.
-func Postgres(ctx context.Context, pool *pgxpool.Pool, svc *plan.Service, cfg *Config) (*Queue, error) {
-	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, nil)
+// MigratePostgres applies River's migrations on the store's pool.
+func MigratePostgres(ctx context.Context, pool *pgxpool.Pool) error {
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return nil, fmt.Errorf("riverqueue: migrating: %w", err)
+		return fmt.Errorf("riverqueue: migrating: %w", err)
 	}
-	client, err := river.NewClient(driver, riverConfig(svc, cfg))
-	if err != nil {
-		return nil, err
-	}
-	return &Queue{
-		start: client.Start,
-		stop:  client.Stop,
-		enqueue: func(ctx context.Context, tx any, p *airlock.Plan) error {
-			ptx, ok := tx.(pgx.Tx)
-			if !ok {
-				return fmt.Errorf("riverqueue: want a pgx.Tx, got %T", tx)
-			}
-			_, err := client.InsertTx(ctx, ptx, CommitArgs{PlanID: p.ID}, nil)
-			return err
-		},
-	}, nil
+	return nil
 }
 
-// SQLite builds a queue on the SQLite file at path: River gets a
-// connection of its own (one, as its SQLite driver asks), and its jobs are
-// inserted through the store's own transaction.
-func SQLite(ctx context.Context, path string, svc *plan.Service, cfg *Config) (*Queue, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+// MigrateSQLite applies River's migrations on a SQLite pool (see
+// sqlite.Store.OpenDB).
+func MigrateSQLite(ctx context.Context, db *sql.DB) error {
+	m, err := rivermigrate.New(riversqlite.New(db), nil)
 	if err != nil {
-		return nil, err
-	}
-	db.SetMaxOpenConns(1)
-	driver := riversqlite.New(db)
-	m, err := rivermigrate.New(driver, nil)
-	if err != nil {
-		db.Close()
-		return nil, err
+		return err
 	}
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("riverqueue: migrating: %w", err)
+		return fmt.Errorf("riverqueue: migrating: %w", err)
 	}
-	client, err := river.NewClient(driver, riverConfig(svc, cfg))
+	return nil
+}
+
+// StartPostgres works commit jobs on the store's pgx pool.
+func StartPostgres(ctx context.Context, pool *pgxpool.Pool, commits Committer, cfg *Config) (*Worker, error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(commits, cfg))
 	if err != nil {
-		db.Close()
 		return nil, err
 	}
-	return &Queue{
-		start:   client.Start,
-		stop:    client.Stop,
-		closeDB: db.Close,
-		enqueue: func(ctx context.Context, tx any, p *airlock.Plan) error {
-			stx, ok := tx.(*sql.Tx)
-			if !ok {
-				return fmt.Errorf("riverqueue: want a *sql.Tx, got %T", tx)
-			}
-			_, err := client.InsertTx(ctx, stx, CommitArgs{PlanID: p.ID}, nil)
-			return err
-		},
-	}, nil
+	if err := client.Start(ctx); err != nil {
+		return nil, err
+	}
+	return &Worker{stop: client.Stop}, nil
+}
+
+// StartSQLite works commit jobs on db, a pool of one connection opened with
+// the store's own settings (sqlite.Store.OpenDB(1), as River's SQLite
+// driver asks); Stop closes it.
+func StartSQLite(ctx context.Context, db *sql.DB, commits Committer, cfg *Config) (*Worker, error) {
+	client, err := river.NewClient(riversqlite.New(db), riverConfig(commits, cfg))
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Start(ctx); err != nil {
+		return nil, err
+	}
+	return &Worker{stop: client.Stop, closeDB: db.Close}, nil
 }

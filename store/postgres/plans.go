@@ -51,7 +51,7 @@ func scanPlan(row pgx.Row) (*airlock.Plan, error) {
 }
 
 // CreatePlan implements airlock.PlanStore.
-func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock.Enqueue) (*airlock.Plan, bool, error) {
+func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan) (*airlock.Plan, bool, error) {
 	var (
 		out     *airlock.Plan
 		created bool
@@ -71,8 +71,8 @@ func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock
 				return err
 			}
 		}
-		if created && p.Status == airlock.PlanApproved && enqueue != nil {
-			if err := enqueue(ctx, tx, p); err != nil {
+		if created && p.Status == airlock.PlanApproved && s.enqueue != nil {
+			if err := s.enqueue(ctx, tx, p); err != nil {
 				return err
 			}
 		}
@@ -125,7 +125,7 @@ func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 }
 
 // DecidePlan implements airlock.PlanStore.
-func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue airlock.Enqueue) (*airlock.Plan, error) {
+func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision) (*airlock.Plan, error) {
 	var (
 		out  *airlock.Plan
 		fail error
@@ -152,8 +152,8 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 		if err := appendAudit(ctx, tx, airlock.DecisionEvent(cur)); err != nil {
 			return err
 		}
-		if next == airlock.PlanApproved && enqueue != nil {
-			if err := enqueue(ctx, tx, cur); err != nil {
+		if next == airlock.PlanApproved && s.enqueue != nil {
+			if err := s.enqueue(ctx, tx, cur); err != nil {
 				return err
 			}
 		}
@@ -167,15 +167,15 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 }
 
 // ExpirePlans implements airlock.PlanStore.
-func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
-	n := 0
+func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error) {
+	var expired []*airlock.Plan
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		expired = nil
 		rows, err := tx.Query(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = $1
 			WHERE status = 'awaiting_approval' AND expires_at < $1 RETURNING `+planColumns, now)
 		if err != nil {
 			return err
 		}
-		var expired []*airlock.Plan
 		for rows.Next() {
 			p, err := scanPlan(rows)
 			if err != nil {
@@ -188,7 +188,6 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		n = len(expired)
 		for _, p := range expired {
 			if err := appendAudit(ctx, tx, airlock.StatusEvent(p, now)); err != nil {
 				return err
@@ -196,7 +195,10 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return nil, err
+	}
+	return expired, nil
 }
 
 // SetPlanStatus implements airlock.PlanStore.
@@ -224,4 +226,23 @@ func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.Pla
 // GetPlanByKey implements airlock.PlanStore.
 func (s *Store) GetPlanByKey(ctx context.Context, key string) (*airlock.Plan, error) {
 	return scanPlan(s.pool.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = $1`, key))
+}
+
+// WaitingPlans implements airlock.PlanStore.
+func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tool, count(*), min(created_at) FROM airlock_plans
+		WHERE status = 'awaiting_approval' GROUP BY tool ORDER BY tool`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []airlock.WaitingPlans
+	for rows.Next() {
+		var w airlock.WaitingPlans
+		if err := rows.Scan(&w.Tool, &w.Depth, &w.Oldest); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
 }

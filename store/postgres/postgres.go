@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/internal/migrations"
 )
 
@@ -45,12 +46,17 @@ type Config struct {
 	// for measuring what the audit log costs (airlock bench --compare-audit);
 	// never in service. Default false.
 	NoAudit bool
+	// EnqueueCommit inserts the commit job of a plan that becomes approved,
+	// inside the transaction that approves it (package plan/riverqueue).
+	// Default: none (plans are committed only when asked).
+	EnqueueCommit func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error
 }
 
 // Store is the PostgreSQL store.
 type Store struct {
-	pool *pgxpool.Pool
-	poll time.Duration
+	pool    *pgxpool.Pool
+	enqueue func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error
+	poll    time.Duration
 
 	subMu    sync.RWMutex
 	subs     map[int]func(string)
@@ -88,7 +94,7 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit}
+	s := &Store{pool: pool, enqueue: cfg.EnqueueCommit, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit}
 	if s.poll <= 0 {
 		s.poll = time.Second
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/airlockhq/airlock"
@@ -14,10 +15,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t testing.TB) airlock.Store {
+func newStore(t testing.TB) airlock.Store { return openStore(t, nil) }
+
+func openStore(t testing.TB, cfg *postgres.Config) airlock.Store {
 	t.Helper()
 	dsn := testdb.Schema(t)
-	s, err := postgres.Open(context.Background(), dsn, nil)
+	s, err := postgres.Open(context.Background(), dsn, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +34,18 @@ func newStore(t testing.TB) airlock.Store {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, newStore)
+}
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	storetest.RunOutbox(t, func(t testing.TB, enqueue func(context.Context, *airlock.Plan) error) airlock.Store {
+		return openStore(t, &postgres.Config{EnqueueCommit: func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error {
+			if tx == nil {
+				t.Error("the commit was enqueued without the approving transaction")
+			}
+			return enqueue(ctx, p)
+		}})
+	})
 }
 
 func BenchmarkGuard(b *testing.B) { storetest.Bench(b, newStore) }

@@ -46,7 +46,7 @@ func scanPlan(row scanner) (*airlock.Plan, error) {
 }
 
 // CreatePlan implements airlock.PlanStore.
-func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock.Enqueue) (*airlock.Plan, bool, error) {
+func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan) (*airlock.Plan, bool, error) {
 	var (
 		out     *airlock.Plan
 		created bool
@@ -67,8 +67,8 @@ func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan, enqueue airlock
 				return err
 			}
 		}
-		if created && p.Status == airlock.PlanApproved && enqueue != nil {
-			if err := enqueue(ctx, tx, p); err != nil {
+		if created && p.Status == airlock.PlanApproved && s.enqueue != nil {
+			if err := s.enqueue(ctx, tx, p); err != nil {
 				return err
 			}
 		}
@@ -117,7 +117,7 @@ func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 }
 
 // DecidePlan implements airlock.PlanStore.
-func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue airlock.Enqueue) (*airlock.Plan, error) {
+func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision) (*airlock.Plan, error) {
 	var (
 		out  *airlock.Plan
 		fail error
@@ -145,8 +145,8 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 		if err := appendAudit(ctx, tx, airlock.DecisionEvent(cur)); err != nil {
 			return err
 		}
-		if next == airlock.PlanApproved && enqueue != nil {
-			if err := enqueue(ctx, tx, cur); err != nil {
+		if next == airlock.PlanApproved && s.enqueue != nil {
+			if err := s.enqueue(ctx, tx, cur); err != nil {
 				return err
 			}
 		}
@@ -160,15 +160,15 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision, enqueue
 }
 
 // ExpirePlans implements airlock.PlanStore.
-func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
-	var n int64
+func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error) {
+	var expired []*airlock.Plan
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		expired = nil
 		rows, err := tx.QueryContext(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = ?
 			WHERE status = 'awaiting_approval' AND expires_at < ? RETURNING `+planColumns, micros(now), micros(now))
 		if err != nil {
 			return err
 		}
-		var expired []*airlock.Plan
 		for rows.Next() {
 			p, err := scanPlan(rows)
 			if err != nil {
@@ -181,7 +181,6 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		n = int64(len(expired))
 		for _, p := range expired {
 			if err := appendAudit(ctx, tx, airlock.StatusEvent(p, now)); err != nil {
 				return err
@@ -189,7 +188,10 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) (int, error) {
 		}
 		return nil
 	})
-	return int(n), err
+	if err != nil {
+		return nil, err
+	}
+	return expired, nil
 }
 
 // SetPlanStatus implements airlock.PlanStore.
@@ -218,4 +220,25 @@ func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.Pla
 // GetPlanByKey implements airlock.PlanStore.
 func (s *Store) GetPlanByKey(ctx context.Context, key string) (*airlock.Plan, error) {
 	return scanPlan(s.read.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = ?`, key))
+}
+
+// WaitingPlans implements airlock.PlanStore.
+func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT tool, count(*), min(created_at) FROM airlock_plans
+		WHERE status = 'awaiting_approval' GROUP BY tool ORDER BY tool`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []airlock.WaitingPlans
+	for rows.Next() {
+		var w airlock.WaitingPlans
+		var oldest int64
+		if err := rows.Scan(&w.Tool, &w.Depth, &oldest); err != nil {
+			return nil, err
+		}
+		w.Oldest = fromMicros(oldest)
+		out = append(out, w)
+	}
+	return out, rows.Err()
 }

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/internal/migrations"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -45,18 +46,24 @@ type Config struct {
 	// for measuring what the audit log costs (airlock bench --compare-audit);
 	// never in service. Default false.
 	NoAudit bool
+	// EnqueueCommit inserts the commit job of a plan that becomes approved,
+	// inside the transaction that approves it (package plan/riverqueue).
+	// Default: none (plans are committed only when asked).
+	EnqueueCommit func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error
 }
 
 // Store is the SQLite store.
 type Store struct {
-	path   string
-	read   *sql.DB
-	write  *sql.DB
-	ops    chan *op
-	poll   time.Duration
-	batch  int
-	closed chan struct{}
-	wg     sync.WaitGroup
+	path    string
+	dsn     string
+	enqueue func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error
+	read    *sql.DB
+	write   *sql.DB
+	ops     chan *op
+	poll    time.Duration
+	batch   int
+	closed  chan struct{}
+	wg      sync.WaitGroup
 
 	closeMu  sync.RWMutex
 	isClosed bool
@@ -122,7 +129,7 @@ func Open(path string, cfg *Config) (*Store, error) {
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
 	s := &Store{
-		path: path, read: read, write: write,
+		path: path, dsn: dsn, enqueue: cfg.EnqueueCommit, read: read, write: write,
 		ops: make(chan *op, 1024), poll: cfg.PollInterval, batch: cfg.MaxBatch,
 		closed: make(chan struct{}), subs: map[int]func(string){}, noAudit: cfg.NoAudit,
 	}
@@ -148,6 +155,20 @@ func (s *Store) Path() string { return s.path }
 
 // DB returns the read pool, for tools such as the benchmark baseline.
 func (s *Store) DB() *sql.DB { return s.read }
+
+// OpenDB opens another pool on the store's file with the store's own
+// settings (busy timeout, WAL, synchronous=FULL, immediate transactions),
+// for a component that needs connections of its own: the commit queue's
+// River client. The caller closes it.
+func (s *Store) OpenDB(maxConns int) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", s.dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	return db, nil
+}
 
 // Close stops the writer (after the writes already queued) and closes the database.
 func (s *Store) Close() error {

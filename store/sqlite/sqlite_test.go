@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 
@@ -14,9 +15,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t testing.TB) airlock.Store {
+func newStore(t testing.TB) airlock.Store { return openStore(t, nil) }
+
+func openStore(t testing.TB, cfg *sqlite.Config) airlock.Store {
 	t.Helper()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), nil)
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +33,18 @@ func newStore(t testing.TB) airlock.Store {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, newStore)
+}
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	storetest.RunOutbox(t, func(t testing.TB, enqueue func(context.Context, *airlock.Plan) error) airlock.Store {
+		return openStore(t, &sqlite.Config{EnqueueCommit: func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error {
+			if tx == nil {
+				t.Error("the commit was enqueued without the approving transaction")
+			}
+			return enqueue(ctx, p)
+		}})
+	})
 }
 
 func BenchmarkGuard(b *testing.B) { storetest.Bench(b, newStore) }

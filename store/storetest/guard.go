@@ -476,7 +476,7 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 			if a.Status != airlock.StatusInDoubt || !a.Repeat || c.n.Load() != 0 {
 				t.Fatalf("repeat of an in-doubt record: %+v, executions %d", a, c.n.Load())
 			}
-			rec, err := b.guard.Settle(b.ctx, d.Key, happened, json.RawMessage(`{"settled":true}`), "alice")
+			rec, err := b.guard.Settle(b.ctx, airlock.SettleRequest{Key: d.Key, Happened: happened, Result: json.RawMessage(`{"settled":true}`), Note: "checked the ledger", By: "alice"})
 			must(t, err)
 			a, err = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
 			must(t, err)

@@ -38,7 +38,7 @@ func runPlans(t *testing.T, newStore NewStore) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p, c, err := s.CreatePlan(ctx, newPlan(key, airlock.PlanAwaitingApproval, now), nil)
+				p, c, err := s.CreatePlan(ctx, newPlan(key, airlock.PlanAwaitingApproval, now))
 				if err != nil {
 					t.Error(err)
 					return
@@ -65,64 +65,32 @@ func runPlans(t *testing.T, newStore NewStore) {
 		}
 	})
 
-	t.Run("AutoApprovedPlanEnqueuesInTheSameTransaction", func(t *testing.T) {
-		t.Parallel()
-		s := newStore(t)
-		var calls atomic.Int64
-		enqueue := func(ctx context.Context, tx any, p *airlock.Plan) error {
-			if tx == nil {
-				t.Error("enqueue got no transaction")
-			}
-			calls.Add(1)
-			return nil
-		}
-		p := newPlan(Key("k"), airlock.PlanApproved, now)
-		p.Decision = "auto"
-		_, created, err := s.CreatePlan(ctx, p, enqueue)
-		must(t, err)
-		_, again, err := s.CreatePlan(ctx, newPlan(p.Key, airlock.PlanApproved, now), enqueue)
-		must(t, err)
-		if !created || again || calls.Load() != 1 {
-			t.Fatalf("created %v again %v enqueued %d", created, again, calls.Load())
-		}
-		// A failing enqueue rolls the plan back.
-		failing := newPlan(Key("k"), airlock.PlanApproved, now)
-		if _, _, err := s.CreatePlan(ctx, failing, func(context.Context, any, *airlock.Plan) error { return errors.New("queue down") }); err == nil {
-			t.Fatal("a failing enqueue must fail the create")
-		}
-		if _, err := s.GetPlan(ctx, failing.ID); !errors.Is(err, airlock.ErrNotFound) {
-			t.Fatalf("the plan survived its failed enqueue: %v", err)
-		}
-	})
-
 	t.Run("Decide", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		p, _, err := s.CreatePlan(ctx, newPlan(Key("k"), airlock.PlanAwaitingApproval, now), nil)
+		p, _, err := s.CreatePlan(ctx, newPlan(Key("k"), airlock.PlanAwaitingApproval, now))
 		must(t, err)
-		var enqueued atomic.Int64
-		enqueue := func(context.Context, any, *airlock.Plan) error { enqueued.Add(1); return nil }
 		decide := func(approve bool, hash string) (*airlock.Plan, error) {
-			return s.DecidePlan(ctx, &airlock.PlanDecision{ID: p.ID, Approve: approve, By: "alice", Reason: "checked the ledger", DecisionHash: hash, Now: now}, enqueue)
+			return s.DecidePlan(ctx, &airlock.PlanDecision{ID: p.ID, Approve: approve, By: "alice", Role: airlock.RoleApprover, Reason: "checked the ledger", DecisionHash: hash, Now: now})
 		}
 		if _, err := decide(true, "stale"); airlock.ErrorCode(err) != airlock.CodeConflict {
 			t.Fatalf("stale hash: %v", err)
 		}
 		got, err := decide(true, p.DecisionHash)
 		must(t, err)
-		if got.Status != airlock.PlanApproved || got.DecidedBy != "alice" || enqueued.Load() != 1 {
-			t.Fatalf("approve: %+v enqueued %d", got, enqueued.Load())
+		if got.Status != airlock.PlanApproved || got.DecidedBy != "alice" {
+			t.Fatalf("approve: %+v", got)
 		}
 		// Approving twice is one approval; rejecting now is refused.
 		got, err = decide(true, p.DecisionHash)
 		must(t, err)
-		if got.Status != airlock.PlanApproved || enqueued.Load() != 1 {
-			t.Fatalf("approve again: %+v enqueued %d", got, enqueued.Load())
+		if got.Status != airlock.PlanApproved {
+			t.Fatalf("approve again: %+v", got)
 		}
 		if _, err := decide(false, p.DecisionHash); airlock.ErrorCode(err) != airlock.CodeConflict {
 			t.Fatalf("reject after approve: %v", err)
 		}
-		if _, err := s.DecidePlan(ctx, &airlock.PlanDecision{ID: "nope", Approve: true, By: "a", Reason: "r", Now: now}, nil); airlock.ErrorCode(err) != airlock.CodeNotFound {
+		if _, err := s.DecidePlan(ctx, &airlock.PlanDecision{ID: "nope", Approve: true, By: "a", Role: airlock.RoleAdmin, Reason: "r", Now: now}); airlock.ErrorCode(err) != airlock.CodeNotFound {
 			t.Fatalf("missing plan: %v", err)
 		}
 	})
@@ -132,14 +100,14 @@ func runPlans(t *testing.T, newStore NewStore) {
 		s := newStore(t)
 		old := newPlan(Key("k"), airlock.PlanAwaitingApproval, now.Add(-2*time.Hour))
 		old.ExpiresAt = now.Add(-time.Hour)
-		_, _, err := s.CreatePlan(ctx, old, nil)
+		_, _, err := s.CreatePlan(ctx, old)
 		must(t, err)
-		fresh, _, err := s.CreatePlan(ctx, newPlan(Key("k"), airlock.PlanAwaitingApproval, now), nil)
+		fresh, _, err := s.CreatePlan(ctx, newPlan(Key("k"), airlock.PlanAwaitingApproval, now))
 		must(t, err)
-		n, err := s.ExpirePlans(ctx, now)
+		expired, err := s.ExpirePlans(ctx, now)
 		must(t, err)
-		if n != 1 {
-			t.Fatalf("expired %d", n)
+		if len(expired) != 1 || expired[0].ID != old.ID || expired[0].Status != airlock.PlanExpired {
+			t.Fatalf("expired %+v", expired)
 		}
 		waiting, err := s.ListPlans(ctx, airlock.PlanFilter{Status: airlock.PlanAwaitingApproval})
 		must(t, err)
@@ -161,6 +129,109 @@ func runPlans(t *testing.T, newStore NewStore) {
 		got, _ := s.GetPlan(ctx, fresh.ID)
 		if !ok || got.Status != airlock.PlanCommitted || string(got.Result) != `{"ok":true}` {
 			t.Fatalf("set status: %v %+v", ok, got)
+		}
+	})
+
+	t.Run("WaitingPlansPerTool", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		if w, err := s.WaitingPlans(ctx); err != nil || len(w) != 0 {
+			t.Fatalf("empty store: %+v %v", w, err)
+		}
+		oldest := now.Add(-3 * time.Hour)
+		for i, at := range []time.Time{now.Add(-time.Hour), oldest, now} {
+			p := newPlan(Key("w"), airlock.PlanAwaitingApproval, at)
+			p.ExpiresAt = now.Add(time.Hour)
+			if i == 2 {
+				p.Tool = "send_mail"
+			}
+			_, _, err := s.CreatePlan(ctx, p)
+			must(t, err)
+		}
+		decided := newPlan(Key("w"), airlock.PlanApproved, now.Add(-10*time.Hour))
+		_, _, err := s.CreatePlan(ctx, decided)
+		must(t, err)
+		w, err := s.WaitingPlans(ctx)
+		must(t, err)
+		if len(w) != 2 || w[0].Tool != "approve_withdrawal" || w[0].Depth != 2 || !w[0].Oldest.Equal(oldest) ||
+			w[1].Tool != "send_mail" || w[1].Depth != 1 || !w[1].Oldest.Equal(now) {
+			t.Fatalf("waiting: %+v", w)
+		}
+	})
+}
+
+// NewStoreWithOutbox returns a fresh, migrated store whose driver inserts
+// the commit job of an approved plan with enqueue, inside the approving
+// transaction.
+type NewStoreWithOutbox func(t testing.TB, enqueue func(ctx context.Context, p *airlock.Plan) error) airlock.Store
+
+// RunOutbox checks that a plan approved by a rule or by a person has its
+// commit enqueued in the same transaction: once, and not at all when the
+// transaction fails.
+func RunOutbox(t *testing.T, newStore NewStoreWithOutbox) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	t.Run("AutoApprovedPlanEnqueuesInTheSameTransaction", func(t *testing.T) {
+		t.Parallel()
+		var calls atomic.Int64
+		failing := ""
+		s := newStore(t, func(ctx context.Context, p *airlock.Plan) error {
+			if p.ID == failing {
+				return errors.New("queue down")
+			}
+			calls.Add(1)
+			return nil
+		})
+		p := newPlan(Key("k"), airlock.PlanApproved, now)
+		p.Decision = "auto"
+		_, created, err := s.CreatePlan(ctx, p)
+		must(t, err)
+		_, again, err := s.CreatePlan(ctx, newPlan(p.Key, airlock.PlanApproved, now))
+		must(t, err)
+		if !created || again || calls.Load() != 1 {
+			t.Fatalf("created %v again %v enqueued %d", created, again, calls.Load())
+		}
+		// A failing enqueue rolls the plan back.
+		bad := newPlan(Key("k"), airlock.PlanApproved, now)
+		failing = bad.ID
+		if _, _, err := s.CreatePlan(ctx, bad); err == nil {
+			t.Fatal("a failing enqueue must fail the create")
+		}
+		if _, err := s.GetPlan(ctx, bad.ID); !errors.Is(err, airlock.ErrNotFound) {
+			t.Fatalf("the plan survived its failed enqueue: %v", err)
+		}
+	})
+	t.Run("ApprovalEnqueuesOnceInTheSameTransaction", func(t *testing.T) {
+		t.Parallel()
+		var calls atomic.Int64
+		var fail atomic.Bool
+		s := newStore(t, func(ctx context.Context, p *airlock.Plan) error {
+			if fail.Load() {
+				return errors.New("queue down")
+			}
+			calls.Add(1)
+			return nil
+		})
+		p, _, err := s.CreatePlan(ctx, newPlan(Key("k"), airlock.PlanAwaitingApproval, now))
+		must(t, err)
+		d := &airlock.PlanDecision{ID: p.ID, Approve: true, By: "alice", Role: airlock.RoleApprover, Reason: "checked", DecisionHash: p.DecisionHash, Now: now}
+		fail.Store(true)
+		if _, err := s.DecidePlan(ctx, d); err == nil {
+			t.Fatal("a failing enqueue must fail the decision")
+		}
+		if got, _ := s.GetPlan(ctx, p.ID); got.Status != airlock.PlanAwaitingApproval {
+			t.Fatalf("the approval survived its failed enqueue: %s", got.Status)
+		}
+		fail.Store(false)
+		for range 2 {
+			got, err := s.DecidePlan(ctx, d)
+			must(t, err)
+			if got.Status != airlock.PlanApproved {
+				t.Fatalf("approve: %+v", got)
+			}
+		}
+		if calls.Load() != 1 {
+			t.Fatalf("approved twice, enqueued %d times; want 1", calls.Load())
 		}
 	})
 }

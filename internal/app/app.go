@@ -1,0 +1,482 @@
+// Package app assembles one airlock server from a manifest, a DSN and
+// options, in the order its parts depend on one another: the commit
+// inserter, the store, the metrics, the upstreams, the reconciler, the
+// guard, the plan service, the page and the gateway. Start runs every
+// background loop (the lease reaper with reconciliation and the retention
+// purge, the audit sealer, plan expiry, the commit worker and its rescue);
+// Close stops them in order within a deadline. `airlock serve`, `airlock
+// mcp`, `airlock demo`, `airlock bench --through` and the CLI's --db
+// commands all build their server here, so none of them lacks a loop the
+// others run.
+package app
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/metrics"
+	"github.com/airlockhq/airlock/plan"
+	"github.com/airlockhq/airlock/plan/riverqueue"
+	"github.com/airlockhq/airlock/reconcile"
+	"github.com/airlockhq/airlock/store"
+	"github.com/airlockhq/airlock/store/postgres"
+	"github.com/airlockhq/airlock/store/sqlite"
+	"github.com/airlockhq/airlock/ui"
+	"github.com/airlockhq/airlock/upstream"
+	"github.com/airlockhq/airlock/upstream/httpjson"
+	upmcp "github.com/airlockhq/airlock/upstream/mcp"
+)
+
+// Config configures an App. Only Manifest and DSN are required; every
+// other field's zero value is its default.
+type Config struct {
+	// Manifest is the prepared manifest. Required.
+	Manifest *airlock.Manifest
+	// ManifestDir is where relative paths of MCP upstream commands are
+	// found. Default: the current directory.
+	ManifestDir string
+	// DSN is the database: sqlite:PATH or postgres://…. Required.
+	DSN string
+	// Migrate applies the store's and the commit queue's migrations. Serving
+	// commands and `airlock migrate` set it; the CLI's other commands do
+	// not. Default false.
+	Migrate bool
+	// NoAudit opens the store without the audit events of claims and
+	// completions (measuring their cost only). Default false.
+	NoAudit bool
+	// Tokens are the bearer tokens the gateway and the page accept.
+	// Default: none (every authenticated route answers 401).
+	Tokens []gateway.Token
+	// DefaultRunID is the run of MCP calls that name none (stdio). Default: none.
+	DefaultRunID string
+	// Funcs execute tools by name in process, before any upstream (embedding,
+	// benchmarks). Default: none.
+	Funcs map[string]upstream.Caller
+	// Version is reported to MCP clients. Default "dev".
+	Version string
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Lease is how long a claim holds without a heartbeat. Default 30s.
+	Lease time.Duration
+	// ReapEvery is how often the reaper looks for expired leases, asks about
+	// in-doubt records and purges records past retention. Default 5s (half
+	// the lease when the lease is shorter than 10s).
+	ReapEvery time.Duration
+	// ExpireEvery is how often undecided plans past expires_after expire.
+	// Default 10s.
+	ExpireEvery time.Duration
+	// SealEvery is how often the audit sealer chains new events. Default 1s.
+	SealEvery time.Duration
+	// ReconcileBackoff is the first wait before asking again about an
+	// in-doubt record whose reconciliation failed. Default 10s.
+	ReconcileBackoff time.Duration
+	// CommitRescueAfter retries a commit whose process died after this
+	// long. Default 10m.
+	CommitRescueAfter time.Duration
+	// CommitPoll is how often idle commit workers look for jobs. Default 200ms.
+	CommitPoll time.Duration
+	// Registry receives the metrics. Default: a new registry with the Go
+	// and process collectors.
+	Registry *prometheus.Registry
+}
+
+// App is one assembled server.
+type App struct {
+	Manifest   *airlock.Manifest
+	Store      airlock.Store
+	Guard      *airlock.Guard
+	Plans      *plan.Service
+	Reconciler *reconcile.Reconciler
+	Gateway    *gateway.Gateway
+	Metrics    *metrics.Metrics
+	Registry   *prometheus.Registry
+
+	cfg       Config
+	log       *slog.Logger
+	upstreams map[string]upstream.Caller
+	closers   []func() error // upstream clients
+	commits   commitQueue
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	stopLoops context.CancelFunc
+	loops     sync.WaitGroup
+	worker    *riverqueue.Worker
+}
+
+// commitQueue is what differs between the databases for the commit queue:
+// River's driver on the store's own connection. It is chosen once, here.
+type commitQueue struct {
+	migrate func(ctx context.Context) error
+	start   func(ctx context.Context, commits riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error)
+}
+
+// New builds the server. It connects to the database (migrating when
+// cfg.Migrate) but starts nothing; call Start, then Close.
+func New(ctx context.Context, cfg *Config) (*App, error) {
+	if cfg == nil || cfg.Manifest == nil || cfg.DSN == "" {
+		return nil, errors.New("app: Manifest and DSN are required")
+	}
+	a := &App{Manifest: cfg.Manifest, cfg: *cfg, log: cfg.Logger, upstreams: map[string]upstream.Caller{}}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			a.closeParts()
+		}
+	}()
+
+	// The store inserts commit jobs in its own transactions.
+	inserter, err := riverqueue.NewInserter()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.openStore(ctx, inserter); err != nil {
+		return nil, err
+	}
+	if cfg.Migrate {
+		if err := a.Store.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("%w: migrating: %v", airlock.ErrStoreUnavailable, err)
+		}
+		if err := a.commits.migrate(ctx); err != nil {
+			return nil, fmt.Errorf("migrating the commit queue: %w", err)
+		}
+	}
+
+	a.Registry = cfg.Registry
+	if a.Registry == nil {
+		a.Registry = prometheus.NewRegistry()
+		a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m := cfg.Manifest
+	if a.Metrics, err = metrics.New(a.Registry, &metrics.Config{Waiting: func(ctx context.Context) ([]airlock.WaitingPlans, error) {
+		return plan.WaitingByTool(ctx, a.Store, m)
+	}}); err != nil {
+		return nil, err
+	}
+	a.Metrics.SetTimeouts(m)
+
+	a.connectUpstreams()
+	if a.Reconciler, err = reconcile.New(reconcile.Config{Manifest: m, Callers: a.caller}); err != nil {
+		return nil, err
+	}
+	a.Guard = airlock.NewGuard(a.Store, &airlock.GuardConfig{
+		Redrive: a.redrive, Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics,
+		Reconciler: a.Reconciler, ReconcileBackoff: cfg.ReconcileBackoff,
+	})
+	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log}); err != nil {
+		return nil, err
+	}
+	tokens := cfg.Tokens
+	web, err := ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler,
+		Authenticate: func(token string) (ui.Principal, bool) {
+			p, ok := gateway.Authenticate(tokens, token)
+			return ui.Principal{Name: p.Name, Role: p.Role}, ok
+		}})
+	if err != nil {
+		return nil, err
+	}
+	if a.Gateway, err = gateway.New(gateway.Config{
+		Manifest: m, Guard: a.Guard, Store: a.Store, Upstreams: a.upstreams, Funcs: cfg.Funcs, Tokens: tokens, Logger: a.log,
+		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
+	}); err != nil {
+		return nil, err
+	}
+	ok = true
+	return a, nil
+}
+
+// openStore opens the store the DSN names, with the commit inserter typed
+// to its transaction, and chooses the commit queue's River driver.
+func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
+	kind, err := store.Kind(a.cfg.DSN)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case "sqlite":
+		s, err := sqlite.Open(store.SQLitePath(a.cfg.DSN), &sqlite.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.SQLite})
+		if err != nil {
+			return fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
+		}
+		a.Store = s
+		// River's SQLite driver wants a pool of one connection, opened with
+		// the store's own settings.
+		withDB := func(f func(*sql.DB) error) error {
+			db, err := s.OpenDB(1)
+			if err != nil {
+				return err
+			}
+			if err := f(db); err != nil {
+				db.Close()
+				return err
+			}
+			return nil
+		}
+		a.commits = commitQueue{
+			migrate: func(ctx context.Context) error {
+				return withDB(func(db *sql.DB) error { return errors.Join(riverqueue.MigrateSQLite(ctx, db), db.Close()) })
+			},
+			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (w *riverqueue.Worker, err error) {
+				err = withDB(func(db *sql.DB) error { w, err = riverqueue.StartSQLite(ctx, db, c, cfg); return err })
+				return w, err
+			},
+		}
+	default:
+		s, err := postgres.Open(ctx, a.cfg.DSN, &postgres.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Postgres})
+		if err != nil {
+			return fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
+		}
+		a.Store = s
+		pool := func() *pgxpool.Pool { return s.Pool() }
+		a.commits = commitQueue{
+			migrate: func(ctx context.Context) error { return riverqueue.MigratePostgres(ctx, pool()) },
+			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error) {
+				return riverqueue.StartPostgres(ctx, pool(), c, cfg)
+			},
+		}
+	}
+	return nil
+}
+
+// connectUpstreams makes a client per manifest upstream; they connect lazily.
+func (a *App) connectUpstreams() {
+	for name, u := range a.Manifest.Upstreams {
+		var c upstream.Closer
+		switch {
+		case u.HTTP != "":
+			c = httpjson.New(u.HTTP, nil)
+		case u.MCP != nil && len(u.MCP.Command) > 0:
+			argv := append([]string(nil), u.MCP.Command...)
+			if !filepath.IsAbs(argv[0]) && strings.ContainsRune(argv[0], filepath.Separator) && a.cfg.ManifestDir != "" {
+				argv[0] = filepath.Join(a.cfg.ManifestDir, argv[0])
+			}
+			c = upmcp.NewCommand(argv)
+		case u.MCP != nil:
+			c = upmcp.NewHTTP(u.MCP.URL)
+		default:
+			continue
+		}
+		a.upstreams[name] = c
+		a.closers = append(a.closers, c.Close)
+	}
+}
+
+// caller finds a tool's upstream: an in-process func first, then the
+// manifest's upstream.
+func (a *App) caller(t *airlock.Tool) (upstream.Caller, bool) {
+	if c, ok := a.cfg.Funcs[t.Name]; ok {
+		return c, true
+	}
+	if t.Upstream == nil {
+		return nil, false
+	}
+	c, ok := a.upstreams[t.Upstream.Name]
+	return c, ok
+}
+
+// redrive gives the reaper the side effect of an expired record whose
+// upstream honours keys, to run again with the same key.
+func (a *App) redrive(rec *airlock.Record) (*airlock.Tool, airlock.SideEffect, bool) {
+	t := a.Manifest.Tool(rec.Tool)
+	if t == nil || !t.HonorsKey {
+		return nil, nil, false
+	}
+	c, ok := a.caller(t)
+	if !ok {
+		return nil, nil, false
+	}
+	args := rec.Args
+	return t, func(ctx context.Context, key string) airlock.Outcome {
+		return c.Call(ctx, &upstream.Request{Tool: t, Args: args, Key: key})
+	}, true
+}
+
+// Start runs the background loops and the commit worker. They run until
+// Close, not until ctx ends (ctx bounds starting only).
+func (a *App) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started || a.closed {
+		return errors.New("app: already started or closed")
+	}
+	a.started = true
+	w, err := a.commits.start(ctx, a.Plans, &riverqueue.Config{RescueAfter: a.cfg.CommitRescueAfter, FetchPollInterval: a.cfg.CommitPoll})
+	if err != nil {
+		return fmt.Errorf("starting the commit queue: %w", err)
+	}
+	a.worker = w
+	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	a.stopLoops = stop
+	reapEvery := a.cfg.ReapEvery
+	if reapEvery <= 0 {
+		reapEvery = 5 * time.Second
+		if lease := a.cfg.Lease; lease > 0 && lease < 2*reapEvery {
+			reapEvery = max(lease/2, 100*time.Millisecond)
+		}
+	}
+	expireEvery := a.cfg.ExpireEvery
+	if expireEvery <= 0 {
+		expireEvery = 10 * time.Second
+	}
+	sealEvery := a.cfg.SealEvery
+	if sealEvery <= 0 {
+		sealEvery = time.Second
+	}
+	a.loop(func() { a.Guard.RunReaper(loopCtx, reapEvery) })
+	a.loop(func() { a.Plans.RunExpiry(loopCtx, expireEvery) })
+	a.loop(func() { audit.RunSealer(loopCtx, a.Store, sealEvery, a.log, a.sealed) })
+	return nil
+}
+
+func (a *App) sealed(n int) { a.Metrics.AuditEvents.Add(float64(n)) }
+
+func (a *App) loop(f func()) {
+	a.loops.Add(1)
+	go func() {
+		defer a.loops.Done()
+		f()
+	}()
+}
+
+// DefaultShutdown bounds Close when ctx has no deadline of its own.
+const DefaultShutdown = 60 * time.Second
+
+// Close stops the server in order: the commit worker (commits in hand
+// finish), the background loops, the side effects still running (they
+// finish and are recorded), the guard's buffered audit events, a last seal
+// of the audit log, pending notifications, the upstream clients and the
+// store. It gives up waiting at ctx's deadline (DefaultShutdown when ctx
+// has none) and closes what is left.
+func (a *App) Close(ctx context.Context) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	a.mu.Unlock()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultShutdown)
+		defer cancel()
+	}
+	var errs []error
+	if a.worker != nil {
+		errs = append(errs, a.worker.Stop(ctx))
+	}
+	if a.stopLoops != nil {
+		a.stopLoops()
+		waitOrDone(ctx, a.loops.Wait)
+	}
+	if a.Guard != nil {
+		if !waitOrDone(ctx, a.Guard.Wait) {
+			a.log.Warn("airlock: stopping with side effects still running; their records stay running until the reaper of another process takes them")
+		}
+		a.Guard.Close()
+		if a.started {
+			if _, err := audit.SealPending(ctx, a.Store); err != nil {
+				errs = append(errs, fmt.Errorf("sealing the audit log: %w", err))
+			}
+		}
+	}
+	if a.Plans != nil {
+		waitOrDone(ctx, a.Plans.Wait)
+	}
+	errs = append(errs, a.closeParts())
+	return errors.Join(errs...)
+}
+
+// closeParts closes the upstream clients and the store.
+func (a *App) closeParts() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i]())
+	}
+	a.closers = nil
+	if a.Store != nil {
+		errs = append(errs, a.Store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// waitOrDone runs wait and reports whether it returned before ctx ended.
+func waitOrDone(ctx context.Context, wait func()) bool {
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Serve serves the gateway (MCP at /mcp, the HTTP API, the page) on ln
+// until ctx ends, then lets in-flight requests finish and closes the app,
+// all within shutdown (DefaultShutdown when zero). Start must have run.
+func (a *App) Serve(ctx context.Context, ln net.Listener, shutdown time.Duration) error {
+	srv := &http.Server{Handler: a.Gateway.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	case <-ctx.Done():
+	}
+	if shutdown <= 0 {
+		shutdown = DefaultShutdown
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
+	defer cancel()
+	_ = srv.Shutdown(sctx) // in-flight calls finish
+	return errors.Join(serveErr, a.Close(sctx))
+}
+
+// ServeStdio serves MCP over r and w (airlock mcp) until the client goes
+// away or ctx ends, then closes the app within shutdown (DefaultShutdown
+// when zero). Start must have run.
+func (a *App) ServeStdio(ctx context.Context, r io.Reader, w io.Writer, shutdown time.Duration) error {
+	err := a.Gateway.MCPServer().Run(ctx, &mcp.IOTransport{Reader: readCloser{r}, Writer: writeCloser{w}})
+	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if shutdown <= 0 {
+		shutdown = DefaultShutdown
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
+	defer cancel()
+	return errors.Join(err, a.Close(sctx))
+}
+
+type readCloser struct{ io.Reader }
+
+func (readCloser) Close() error { return nil }
+
+type writeCloser struct{ io.Writer }
+
+func (writeCloser) Close() error { return nil }

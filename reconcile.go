@@ -1,0 +1,151 @@
+package airlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ActorReconcile is the actor of settlements made by reconciliation.
+const ActorReconcile = "reconcile"
+
+// Verdict is what a reconcile_with tool's answer says about in-doubt work.
+type Verdict string
+
+// Verdicts.
+const (
+	VerdictHappened    Verdict = "happened"     // the work was done; settle with the answer
+	VerdictNotHappened Verdict = "not_happened" // it was not; settle and free the key
+	VerdictUnknown     Verdict = "unknown"      // the answer does not say; ask again later
+)
+
+// Reconciliation is the finding about one in-doubt record.
+type Reconciliation struct {
+	Verdict Verdict
+	Tool    string          // the read tool that was asked
+	Answer  json.RawMessage // its answer
+}
+
+// Reconciler asks a tool's reconcile_with read tool whether an in-doubt
+// record's work happened. Package reconcile implements it.
+type Reconciler interface {
+	// Automatic reports whether the tool's in-doubt records are settled by
+	// reconciliation (the tool names reconcile_with and its conditions).
+	Automatic(tool string) bool
+	// Reconcile asks about rec. An error is a read tool that failed or a
+	// condition that could not be evaluated: the record stays in doubt.
+	Reconcile(ctx context.Context, rec *Record) (*Reconciliation, error)
+}
+
+// ReconcileStats counts what one reconciliation pass did.
+type ReconcileStats struct {
+	Asked       int // records whose read tool was asked
+	Happened    int // settled as happened
+	NotHappened int // settled as not happened (key freed)
+	Failed      int // read tool failed, or the answer said nothing; asked again later
+}
+
+// reconcileAttempt is when to ask about a record again, after n attempts.
+type reconcileAttempt struct {
+	next time.Time
+	n    int
+}
+
+// maxReconcileBackoff bounds the wait between attempts on one record.
+const maxReconcileBackoff = 10 * time.Minute
+
+// reconcileBatch bounds the in-doubt records looked at in one pass.
+const reconcileBatch = 1000
+
+// Reconcile asks the Reconciler about the in-doubt records of tools that
+// reconcile automatically and settles those whose answer says whether the
+// work happened, with actor ActorReconcile (audited like any settlement).
+// A record whose read tool fails or whose answer says nothing is asked
+// again after a backoff (ReconcileBackoff, doubling up to 10m). Settling is
+// conditional on the record still being in doubt, so every replica may
+// reconcile at once and a person may settle first.
+func (g *Guard) Reconcile(ctx context.Context) (ReconcileStats, error) {
+	var st ReconcileStats
+	if g.reconciler == nil {
+		return st, nil
+	}
+	recs, err := g.store.ListRecords(ctx, StateInDoubt, reconcileBatch)
+	if err != nil {
+		return st, err
+	}
+	now := g.clock.Now()
+	seen := make(map[string]bool, len(recs))
+	for _, rec := range recs {
+		seen[rec.Key] = true
+		if !g.reconciler.Automatic(rec.Tool) || !g.reconcileIsDue(rec.Key, now) {
+			continue
+		}
+		st.Asked++
+		found, err := g.reconciler.Reconcile(ctx, rec)
+		if err != nil || found.Verdict == VerdictUnknown {
+			st.Failed++
+			n := g.reconcileFailed(rec.Key, now)
+			if err != nil {
+				g.log.Warn("airlock: reconciling an in-doubt record failed; asking again later", "key", rec.Key, "tool", rec.Tool, "attempt", n, "err", err)
+			}
+			continue
+		}
+		happened := found.Verdict == VerdictHappened
+		var result json.RawMessage
+		note := found.Tool + " says the work did not happen"
+		if happened {
+			result, note = found.Answer, found.Tool+" says the work happened"
+		}
+		_, err = g.Settle(WithActor(ctx, ActorReconcile), SettleRequest{Key: rec.Key, Happened: happened, Result: result, Note: note + ": " + string(found.Answer), By: ActorReconcile})
+		switch {
+		case err == nil && happened:
+			st.Happened++
+		case err == nil:
+			st.NotHappened++
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrStateConflict), ErrorCode(err) == CodeConflict, ErrorCode(err) == CodeNotFound:
+			// Settled meanwhile, by a person or another replica.
+		default:
+			return st, err
+		}
+		g.reconcileDone(rec.Key)
+	}
+	g.reconcileForget(seen)
+	return st, nil
+}
+
+func (g *Guard) reconcileIsDue(key string, now time.Time) bool {
+	g.reconcileMu.Lock()
+	defer g.reconcileMu.Unlock()
+	a, ok := g.reconcileDue[key]
+	return !ok || !now.Before(a.next)
+}
+
+func (g *Guard) reconcileFailed(key string, now time.Time) int {
+	g.reconcileMu.Lock()
+	defer g.reconcileMu.Unlock()
+	a := g.reconcileDue[key]
+	wait := min(g.reconcileBackoff<<min(a.n, 20), maxReconcileBackoff)
+	a.n++
+	a.next = now.Add(wait)
+	g.reconcileDue[key] = a
+	return a.n
+}
+
+func (g *Guard) reconcileDone(key string) {
+	g.reconcileMu.Lock()
+	defer g.reconcileMu.Unlock()
+	delete(g.reconcileDue, key)
+}
+
+// reconcileForget drops the backoff of records no longer in doubt (settled
+// by a person or elsewhere), so the map stays as small as the backlog.
+func (g *Guard) reconcileForget(inDoubt map[string]bool) {
+	g.reconcileMu.Lock()
+	defer g.reconcileMu.Unlock()
+	for key := range g.reconcileDue {
+		if !inDoubt[key] {
+			delete(g.reconcileDue, key)
+		}
+	}
+}
