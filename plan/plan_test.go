@@ -66,6 +66,8 @@ func (l *ledger) count(id string) int {
 }
 
 type bundle struct {
+	clock  *testClock
+	obs    *recorder
 	svc    *plan.Service
 	ledger *ledger
 	m      *airlock.Manifest
@@ -142,7 +144,8 @@ func setup(t *testing.T, d driver) *bundle {
 	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000, "WD-24817": 100000}, approvals: map[string]int{}}
 	s, startWorker := d.open(t)
 	guard := airlock.NewGuard(s, nil)
-	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: l.caller})
+	clock, obs := &testClock{}, &recorder{}
+	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: l.caller, Clock: clock, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +157,7 @@ func setup(t *testing.T, d driver) *bundle {
 		guard.Close()
 		s.Close()
 	})
-	return &bundle{svc: svc, ledger: l, m: m, tool: m.Tool("approve_withdrawal")}
+	return &bundle{clock: clock, obs: obs, svc: svc, ledger: l, m: m, tool: m.Tool("approve_withdrawal")}
 }
 
 func args(id string, extra ...string) json.RawMessage {
@@ -222,6 +225,68 @@ func TestPlans(t *testing.T) {
 				}
 				if n := b.ledger.count("WD-BIG"); n != 1 {
 					t.Fatalf("approved %d times", n)
+				}
+			})
+
+			t.Run("decisions are checked and observed by the service", func(t *testing.T) {
+				b.ledger.mu.Lock()
+				b.ledger.amounts["WD-OBS"] = 700000
+				b.ledger.mu.Unlock()
+				p, _, err := b.svc.Propose(ctx, b.tool, args("WD-OBS"), "run-obs")
+				if err != nil || p.Status != airlock.PlanAwaitingApproval {
+					t.Fatalf("%+v %v", p, err)
+				}
+				before := b.obs.snapshot()
+				agent := decision(p.ID, true, "looks fine", p.DecisionHash)
+				agent.By, agent.Role = "agent-1", airlock.RoleAgent
+				if _, err := b.svc.Decide(ctx, agent); airlock.ErrorCode(err) != airlock.CodeForbidden {
+					t.Fatalf("an agent decided: %v", err)
+				}
+				if _, err := b.svc.Decide(ctx, decision(p.ID, true, "   ", p.DecisionHash)); airlock.ErrorCode(err) != airlock.CodeInvalidArgument || !strings.Contains(err.Error(), "reason") {
+					t.Fatalf("no reason: %v", err)
+				}
+				if _, err := b.svc.Decide(ctx, decision(p.ID, true, "ok", "")); airlock.ErrorCode(err) != airlock.CodeInvalidArgument || !strings.Contains(err.Error(), "decision_hash") {
+					t.Fatalf("no decision hash: %v", err)
+				}
+				if got, _ := b.svc.Get(ctx, p.ID); got.Status != airlock.PlanAwaitingApproval || b.obs.snapshot().decided != before.decided {
+					t.Fatalf("a refused decision changed the plan (%s) or was observed", got.Status)
+				}
+				b.clock.advance(90 * time.Second)
+				for range 2 { // the same decision again is no new decision
+					if _, err := b.svc.Decide(ctx, decision(p.ID, false, "the customer called it off", p.DecisionHash)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				after := b.obs.snapshot()
+				if after.decided != before.decided+1 || after.lastWait < 90*time.Second || after.lastWait > time.Hour {
+					t.Fatalf("decisions observed %d (want 1), wait %s", after.decided-before.decided, after.lastWait)
+				}
+			})
+
+			t.Run("an undecided plan expires, is refused and observed", func(t *testing.T) {
+				b.ledger.mu.Lock()
+				b.ledger.amounts["WD-EXP"] = 800000
+				b.ledger.mu.Unlock()
+				p, _, err := b.svc.Propose(ctx, b.tool, args("WD-EXP"), "run-exp")
+				if err != nil || p.Status != airlock.PlanAwaitingApproval {
+					t.Fatalf("%+v %v", p, err)
+				}
+				waiting, err := b.svc.Waiting(ctx)
+				if err != nil || len(waiting) != 1 || waiting[0].Tool != "approve_withdrawal" || waiting[0].Depth < 1 || waiting[0].Oldest.After(p.CreatedAt) {
+					t.Fatalf("waiting: %+v %v", waiting, err)
+				}
+				before := b.obs.snapshot()
+				b.clock.advance(25 * time.Hour) // past expires_after (24h)
+				if _, err := b.svc.Decide(ctx, decision(p.ID, true, "late", p.DecisionHash)); airlock.ErrorCode(err) != airlock.CodeConflict || !strings.Contains(err.Error(), "expired") {
+					t.Fatalf("decided after expiry: %v", err)
+				}
+				n, err := b.svc.Expire(ctx)
+				if err != nil || n < 1 {
+					t.Fatalf("expired %d %v", n, err)
+				}
+				got, _ := b.svc.Get(ctx, p.ID)
+				if after := b.obs.snapshot(); got.Status != airlock.PlanExpired || after.expired != before.expired+n || after.decided != before.decided {
+					t.Fatalf("plan %s; observed %d expiries for %d expired", got.Status, after.expired-before.expired, n)
 				}
 			})
 
@@ -338,4 +403,37 @@ func TestWebhookAnnouncesPlansWaitingForAPerson(t *testing.T) {
 // decision is alice's (an approver's) decision on a plan.
 func decision(id string, approve bool, reason, hash string) airlock.PlanDecision {
 	return airlock.PlanDecision{ID: id, Approve: approve, By: "alice", Role: airlock.RoleApprover, Reason: reason, DecisionHash: hash}
+}
+
+// testClock is the system clock moved forward by advance.
+type testClock struct{ offset atomic.Int64 }
+
+func (c *testClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *testClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// recorder is a plan.Observer that counts.
+type recorder struct {
+	mu                        sync.Mutex
+	planned, decided, expired int
+	lastWait                  time.Duration
+}
+
+type counts struct {
+	planned, decided, expired int
+	lastWait                  time.Duration
+}
+
+func (r *recorder) Planned(tool, decision string) { r.mu.Lock(); r.planned++; r.mu.Unlock() }
+func (r *recorder) Decided(tool string, approved bool, waited time.Duration) {
+	r.mu.Lock()
+	r.decided++
+	r.lastWait = waited
+	r.mu.Unlock()
+}
+func (r *recorder) Expired(tool string, waited time.Duration) { r.mu.Lock(); r.expired++; r.mu.Unlock() }
+
+func (r *recorder) snapshot() counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return counts{r.planned, r.decided, r.expired, r.lastWait}
 }

@@ -101,6 +101,7 @@ func cmdServe(e *env, args []string) int {
 	lease := fs.Duration("lease", 0, "how long a claim holds without a heartbeat before the reaper takes it (default 30s)")
 	rescueAfter := fs.Duration("commit-rescue-after", 0, "retry a commit whose process died after this long (default 10m)")
 	shutdown := fs.Duration("shutdown-timeout", app.DefaultShutdown, "on SIGTERM, how long in-flight calls and commits may take to finish")
+	expireEvery := fs.Duration("expire-every", 0, "how often undecided plans past expires_after expire (default 10s)")
 	examplePayments := fs.String("example-payments", "auto", "with the bundled example, run its fake payments service in this process: auto (when its port is free), on or off")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -143,7 +144,7 @@ func cmdServe(e *env, args []string) int {
 
 	a, err := app.New(e.ctx, &app.Config{
 		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, Tokens: tokens, Logger: log, Version: version,
-		Lease: *lease, CommitRescueAfter: *rescueAfter,
+		Lease: *lease, CommitRescueAfter: *rescueAfter, ExpireEvery: *expireEvery,
 	})
 	if err != nil {
 		return fail(e, "%v", err)
@@ -207,6 +208,7 @@ func cmdMCP(e *env, args []string) int {
 	db := dbFlag(fs)
 	run := fs.String("run", "", "the run id of calls that carry none in _meta (default: one per process)")
 	lease := fs.Duration("lease", 0, "how long a claim holds without a heartbeat before the reaper takes it (default 30s)")
+	expireEvery := fs.Duration("expire-every", 0, "how often undecided plans past expires_after expire (default 10s)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -222,6 +224,7 @@ func cmdMCP(e *env, args []string) int {
 	}
 	a, err := app.New(e.ctx, &app.Config{
 		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, DefaultRunID: *run, Logger: log, Version: version, Lease: *lease,
+		ExpireEvery: *expireEvery,
 	})
 	if err != nil {
 		return fail(e, "%v", err)
