@@ -1,0 +1,86 @@
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/metrics"
+	"github.com/airlockhq/airlock/plan"
+	"github.com/airlockhq/airlock/store/sqlite"
+)
+
+// The age of the oldest plan waiting for a person is read from the store
+// at each scrape, so it shows while nobody decides, on every replica alike;
+// the report gives it too, with a warning past half of expires_after.
+func TestOldestWaitFromTheStore(t *testing.T) {
+	t.Parallel()
+	m, err := manifest.Example()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	for i, age := range []time.Duration{13 * time.Hour, 2 * time.Hour} {
+		args := json.RawMessage(`{"record_id":"WD-` + string(rune('A'+i)) + `"}`)
+		created := now.Add(-age)
+		if _, _, err := s.CreatePlan(ctx, &airlock.Plan{ID: "pl_" + string(rune('a'+i)), Key: "k" + string(rune('a'+i)), Tool: "approve_withdrawal",
+			Status: airlock.PlanAwaitingApproval, Decision: "human", Args: args, CreatedAt: created, UpdatedAt: created, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg, &metrics.Config{
+		Waiting: func(ctx context.Context) ([]airlock.WaitingPlans, error) { return plan.WaitingByTool(ctx, s, m) },
+		Now:     func() time.Time { return now },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP airlock_approval_oldest_wait_seconds How long the oldest plan waiting for a person has waited (0: none waits).
+# TYPE airlock_approval_oldest_wait_seconds gauge
+airlock_approval_oldest_wait_seconds{tool="approve_withdrawal"} 46800
+# HELP airlock_approval_queue_depth Plans waiting for a person.
+# TYPE airlock_approval_queue_depth gauge
+airlock_approval_queue_depth{tool="approve_withdrawal"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "airlock_approval_oldest_wait_seconds", "airlock_approval_queue_depth"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := metrics.Compute(ctx, s, m, 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr *metrics.ToolReport
+	for i := range rep.Tools {
+		if rep.Tools[i].Tool == "approve_withdrawal" {
+			tr = &rep.Tools[i]
+		}
+	}
+	if tr == nil || tr.QueueDepth != 2 || tr.OldestWaitS != 46800 {
+		t.Fatalf("report: %+v", tr)
+	}
+	found := false
+	for _, w := range rep.Warnings {
+		found = found || (w.Figure == "approval_oldest_wait" && w.Tool == "approve_withdrawal")
+	}
+	if !found {
+		t.Fatalf("no warning for a plan waiting 13h of its 24h: %+v", rep.Warnings)
+	}
+}
