@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
-	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
 
 // The key of an approval is derived from the withdrawal's id and the
 // business day; the model never sees it.
 func ExampleDeriveKey() {
-	m, _ := manifest.Example()
+	m, _ := withdrawals.Manifest()
 	args, _ := airlock.ParseArgs([]byte(`{"record_id": " wd-24817 "}`))
 	at, _ := time.Parse(time.RFC3339, "2026-09-19T10:00:00-04:00") // a Saturday
 	d, err := airlock.DeriveKey(airlock.KeyInput{
@@ -46,7 +46,7 @@ func ExampleGuard_Do() {
 	guard := airlock.NewGuard(s, nil)
 	defer guard.Close()
 
-	m, _ := manifest.Example()
+	m, _ := withdrawals.Manifest()
 	approvals := 0
 	approve := func(ctx context.Context, key string) airlock.Outcome {
 		approvals++

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
-	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 )
 
 var update = flag.Bool("update", false, "rewrite the keys in testdata/keys.json (window ids stay as written by hand)")
@@ -29,7 +29,7 @@ type golden struct {
 
 func example(t testing.TB) *airlock.Manifest {
 	t.Helper()
-	m, err := manifest.Example()
+	m, err := withdrawals.Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockhq/airlock"
-	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/policy"
 )
 
@@ -32,11 +31,6 @@ func Load(path string) (*airlock.Manifest, error) {
 		dir = "."
 	}
 	return LoadFS(os.DirFS(dir), base, path)
-}
-
-// Example returns the bundled withdrawals example.
-func Example() (*airlock.Manifest, error) {
-	return LoadFS(withdrawals.Files, withdrawals.ManifestName, "examples/withdrawals/airlock.yaml")
 }
 
 // LoadFS reads the manifest called name in fsys. display is the name used

@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/manifest"
 )
 
 func TestExampleLoads(t *testing.T) {
 	t.Parallel()
-	m, err := manifest.Example()
+	m, err := withdrawals.Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/airlockhq/airlock"
-	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/store/sqlite"
@@ -23,7 +23,7 @@ import (
 // the report gives it too, with a warning past half of expires_after.
 func TestOldestWaitFromTheStore(t *testing.T) {
 	t.Parallel()
-	m, err := manifest.Example()
+	m, err := withdrawals.Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}

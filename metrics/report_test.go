@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
-	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
 
 func TestWarningsFireWhenTheyShould(t *testing.T) {
 	t.Parallel()
-	m, err := manifest.Example()
+	m, err := withdrawals.Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestWarningsFireWhenTheyShould(t *testing.T) {
 
 func TestRisingRepeatsWarn(t *testing.T) {
 	t.Parallel()
-	m, _ := manifest.Example()
+	m, _ := withdrawals.Manifest()
 	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/internal/testdb"
-	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/plan/riverqueue"
 	"github.com/airlockhq/airlock/store/postgres"
@@ -137,7 +137,7 @@ func drivers() []driver {
 
 func setup(t *testing.T, d driver) *bundle {
 	t.Helper()
-	m, err := manifest.Example()
+	m, err := withdrawals.Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestWebhookAnnouncesPlansWaitingForAPerson(t *testing.T) {
 		got <- body
 	}))
 	defer hook.Close()
-	m, _ := manifest.Example()
+	m, _ := withdrawals.Manifest()
 	m.Notify.Webhook = hook.URL
 	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
 	if err != nil {
@@ -430,7 +430,11 @@ func (r *recorder) Decided(tool string, approved bool, waited time.Duration) {
 	r.lastWait = waited
 	r.mu.Unlock()
 }
-func (r *recorder) Expired(tool string, waited time.Duration) { r.mu.Lock(); r.expired++; r.mu.Unlock() }
+func (r *recorder) Expired(tool string, waited time.Duration) {
+	r.mu.Lock()
+	r.expired++
+	r.mu.Unlock()
+}
 
 func (r *recorder) snapshot() counts {
 	r.mu.Lock()

@@ -17,10 +17,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/examples/withdrawals/payments"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/internal/app"
-	"github.com/airlockhq/airlock/manifest"
 )
 
 // The demo's incident: six overnight withdrawals; approving WD-24812 takes
@@ -102,7 +102,7 @@ func cmdDemo(e *env, args []string) int {
 		return fail(e, "%v", err)
 	}
 	defer stopPay()
-	m, err := manifest.Example()
+	m, err := withdrawals.Manifest()
 	if err != nil {
 		return fail(e, "%v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	_ "time/tzdata" // business_day windows need zone data on machines without it
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store"
@@ -125,7 +126,7 @@ func dbFlag(fs *flag.FlagSet) *string {
 // loadManifest loads the manifest at path, or the bundled example when path is empty.
 func loadManifest(path string) (*airlock.Manifest, error) {
 	if path == "" {
-		return manifest.Example()
+		return withdrawals.Manifest()
 	}
 	return manifest.Load(path)
 }
@@ -142,7 +143,7 @@ func cmdMigrate(e *env, args []string) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	m, err := manifest.Example() // migrating needs no tools; any manifest will do
+	m, err := withdrawals.Manifest() // migrating needs no tools; any manifest will do
 	if err != nil {
 		return fail(e, "%v", err)
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/internal/testdb"
-	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
 
@@ -247,7 +247,7 @@ func TestAuditVerifyAndExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := manifest.Example()
+	m, _ := withdrawals.Manifest()
 	g := airlock.NewGuard(s, nil)
 	ctx := airlock.WithActor(context.Background(), "agent-7")
 	for i := range 3 {
@@ -291,7 +291,7 @@ func TestRecordsShowAndSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = s.Migrate(context.Background())
-	m, _ := manifest.Example()
+	m, _ := withdrawals.Manifest()
 	g := airlock.NewGuard(s, nil)
 	a, err := g.Do(context.Background(), &airlock.Call{Tool: m.Tool("add_note"), Args: json.RawMessage(`{"record_id":"WD-1","text":"x"}`)},
 		func(context.Context, string) airlock.Outcome {

@@ -2,7 +2,12 @@
 // works a queue of withdrawals, with its approval rule tests.
 package withdrawals
 
-import "embed"
+import (
+	"embed"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
+)
 
 // Files holds airlock.yaml and policy/*.yaml.
 //
@@ -11,3 +16,9 @@ var Files embed.FS
 
 // ManifestName is the manifest's name inside Files.
 const ManifestName = "airlock.yaml"
+
+// Manifest loads the bundled example's manifest (what airlock serve runs
+// with no --config).
+func Manifest() (*airlock.Manifest, error) {
+	return manifest.LoadFS(Files, ManifestName, "examples/withdrawals/airlock.yaml")
+}

@@ -1,0 +1,20 @@
+// Package airlock makes an AI agent's side-effecting tool calls happen at
+// most once per unit of work (DESIGN §2). It holds the domain and imports
+// only the standard library:
+//
+//   - key derivation (DeriveKey): the key is never shown to the model; it
+//     comes from the tool, the natural-key fields of the arguments (with
+//     their normalizers) and a window such as one business day;
+//   - the guard (Guard.Do): claim the key in the store's unique index, run
+//     the side effect, store the outcome; a repeat gets the first result
+//     with Repeat set, never an error; leases, the reaper, reconciliation
+//     and settlement of in-doubt records;
+//   - plans of irreversible tools (Plan, CheckDecision) and the audit
+//     events every change writes (AuditEvent);
+//   - the Store interface the drivers implement (store/sqlite,
+//     store/postgres; store/storetest is their conformance suite), the
+//     manifest's types with their validation, and the error codes (errors.go).
+//
+// A whole server is assembled in internal/app; cmd/airlock only wires
+// flags to it.
+package airlock
