@@ -341,98 +341,128 @@ type prepared struct {
 	hash      string
 	expiresAt time.Time
 	start     time.Time
+	deadline  time.Time // respond_within: answer in progress after it; zero: wait
 }
 
+// do is the guarded call, in its steps: a repeat just after a window
+// boundary, the cache, the run's budget, the claim, and the execution the
+// caller waits for.
 func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, error) {
-	tool, args, hash, start := p.tool, p.args, p.hash, p.start
-	deadline := time.Time{}
-	if rw := tool.RespondWithinOr(); rw > 0 {
-		deadline = time.Now().Add(rw)
+	if rw := p.tool.RespondWithinOr(); rw > 0 {
+		p.deadline = time.Now().Add(rw)
 	}
-
-	// Just after a window boundary, a repeat from the same run belongs to
-	// the previous window's record.
-	if p.previous != "" && p.runID != "" {
-		prev, err := g.get(ctx, p.previous)
-		switch {
-		case err == nil && prev.RunID == p.runID:
-			if a, err := g.answerExisting(ctx, tool, prev, args, hash, deadline, p.runID); !errors.Is(err, errReleased) {
-				return a, err
-			}
-		case err != nil && !errors.Is(err, ErrNotFound):
-			return nil, err
-		}
+	if a, done, err := g.previousWindow(ctx, p); done {
+		return a, err
 	}
 	if rec := g.cache.get(p.key); rec != nil {
-		return g.answerExisting(ctx, tool, rec, args, hash, deadline, p.runID)
+		return g.answerExisting(ctx, p.tool, rec, p.args, p.hash, p.deadline, p.runID)
 	}
-	if tool.MaxCallsPerRun > 0 && p.runID != "" {
-		// A repeat is never refused: look for the record first.
-		rec, err := g.get(ctx, p.key)
-		switch {
-		case err == nil:
-			if a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline, p.runID); !errors.Is(err, errReleased) {
-				return a, err
-			}
-		case !errors.Is(err, ErrNotFound):
-			return nil, err
-		}
-		n, err := g.store.CountRunCalls(ctx, p.runID, tool.Name)
-		if err != nil {
-			return nil, storeErr("count", err)
-		}
-		if n >= tool.MaxCallsPerRun {
-			g.emit(&AuditEvent{At: g.clock.Now(), Kind: EventBudget, RunID: p.runID, Key: p.key, Tool: tool.Name, Args: p.canon,
-				Error: fmt.Sprintf("max_calls_per_run %d reached", tool.MaxCallsPerRun), Actor: ActorFrom(ctx)})
-			return nil, &Error{Code: CodeBudgetExceeded, Field: "run_id", Message: fmt.Sprintf(
-				"this run has already made %d calls of %s, its limit (max_calls_per_run); this call was refused and nothing was executed. Stop and report to a person instead of retrying",
-				n, tool.Name)}
-		}
+	if a, done, err := g.checkBudget(ctx, p); done {
+		return a, err
 	}
+	rec, a, err := g.claim(ctx, p)
+	if rec == nil {
+		return a, err
+	}
+	return g.await(ctx, p, rec, fn)
+}
 
-	claim := &Claim{
-		Key: p.key, Tool: tool.Name, RunID: p.runID, WindowID: p.windowID,
-		Args: p.canon, ArgsHash: hash, Owner: g.newOwner(), Now: start,
-		LeaseUntil: start.Add(g.lease), ExpiresAt: p.expiresAt, Actor: ActorFrom(ctx),
+// previousWindow answers a repeat from the same run just after a window
+// boundary from the previous window's record; done false: it is no such
+// repeat.
+func (g *Guard) previousWindow(ctx context.Context, p *prepared) (*Answer, bool, error) {
+	if p.previous == "" || p.runID == "" {
+		return nil, false, nil
 	}
-	var rec *Record
+	prev, err := g.get(ctx, p.previous)
+	switch {
+	case err == nil && prev.RunID == p.runID:
+		if a, err := g.answerExisting(ctx, p.tool, prev, p.args, p.hash, p.deadline, p.runID); !errors.Is(err, errReleased) {
+			return a, true, err
+		}
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return nil, true, err
+	}
+	return nil, false, nil
+}
+
+// checkBudget refuses a new call past the tool's max_calls_per_run; a
+// repeat is never refused, so the record is looked for first. done false:
+// the call may go on to its claim.
+func (g *Guard) checkBudget(ctx context.Context, p *prepared) (*Answer, bool, error) {
+	tool := p.tool
+	if tool.MaxCallsPerRun <= 0 || p.runID == "" {
+		return nil, false, nil
+	}
+	rec, err := g.get(ctx, p.key)
+	switch {
+	case err == nil:
+		if a, err := g.answerExisting(ctx, tool, rec, p.args, p.hash, p.deadline, p.runID); !errors.Is(err, errReleased) {
+			return a, true, err
+		}
+	case !errors.Is(err, ErrNotFound):
+		return nil, true, err
+	}
+	n, err := g.store.CountRunCalls(ctx, p.runID, tool.Name)
+	if err != nil {
+		return nil, true, storeErr("count", err)
+	}
+	if n < tool.MaxCallsPerRun {
+		return nil, false, nil
+	}
+	g.emit(&AuditEvent{At: g.clock.Now(), Kind: EventBudget, RunID: p.runID, Key: p.key, Tool: tool.Name, Args: p.canon,
+		Error: fmt.Sprintf("max_calls_per_run %d reached", tool.MaxCallsPerRun), Actor: ActorFrom(ctx)})
+	return nil, true, &Error{Code: CodeBudgetExceeded, Field: "run_id", Message: fmt.Sprintf(
+		"this run has already made %d calls of %s, its limit (max_calls_per_run); this call was refused and nothing was executed. Stop and report to a person instead of retrying",
+		n, tool.Name)}
+}
+
+// claim inserts the call's record as running. It returns the record when
+// this call holds it, or else the answer for a call whose key is taken.
+func (g *Guard) claim(ctx context.Context, p *prepared) (*Record, *Answer, error) {
+	c := &Claim{
+		Key: p.key, Tool: p.tool.Name, RunID: p.runID, WindowID: p.windowID,
+		Args: p.canon, ArgsHash: p.hash, Owner: g.newOwner(), Now: p.start,
+		LeaseUntil: p.start.Add(g.lease), ExpiresAt: p.expiresAt, Actor: ActorFrom(ctx),
+	}
 	for attempt := 0; ; attempt++ {
-		var claimed bool
-		var err error
-		rec, claimed, err = g.store.Claim(ctx, claim)
+		rec, claimed, err := g.store.Claim(ctx, c)
 		if err != nil {
-			return nil, storeErr("claim", err)
+			return nil, nil, storeErr("claim", err)
 		}
-		if !claimed && rec != nil && rec.Owner == claim.Owner && rec.State == StateRunning {
-			// The record is this call's own claim: the store committed it
-			// but lost the reply and, retrying, found the key taken. Owners
-			// are unique to a call, so nobody else holds it.
-			claimed = true
+		if claimed || (rec != nil && rec.Owner == c.Owner && rec.State == StateRunning) {
+			// Also the record of this call's own claim: the store committed
+			// it but lost the reply and, retrying, found the key taken.
+			// Owners are unique to a call, so nobody else holds it.
+			return rec, nil, nil
 		}
-		if claimed {
-			break
-		}
-		a, err := g.answerExisting(ctx, tool, rec, args, hash, deadline, p.runID)
+		a, err := g.answerExisting(ctx, p.tool, rec, p.args, p.hash, p.deadline, p.runID)
 		// The first call released its claim (its request was never sent):
 		// this call may do the work.
 		if errors.Is(err, errReleased) && attempt < 3 {
 			continue
 		}
 		if errors.Is(err, errReleased) {
-			return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: p.key}, nil
+			return nil, &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: p.key}, nil
 		}
-		return a, err
+		return nil, a, err
 	}
+}
 
+// await runs the claimed call's side effect to its end in the background
+// and answers the caller with its outcome, or in progress when the caller
+// gives up or respond_within passes first: the side effect goes on and is
+// recorded, and the next repeat gets its result.
+func (g *Guard) await(ctx context.Context, p *prepared, rec *Record, fn SideEffect) (*Answer, error) {
 	done := make(chan result, 1)
 	g.inflight.Add(1)
 	go func() {
 		defer g.inflight.Done()
-		done <- g.execute(context.WithoutCancel(ctx), tool, rec, fn)
+		done <- g.execute(context.WithoutCancel(ctx), p.tool, rec, fn)
 	}()
 	var timer <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
+	if !p.deadline.IsZero() {
+		t := time.NewTimer(time.Until(p.deadline))
 		defer t.Stop()
 		timer = t.C
 	}
@@ -446,7 +476,6 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 	case <-timer:
 	case <-ctx.Done():
 	}
-	// The caller stops waiting; the side effect goes on and is recorded.
 	return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: p.key}, nil
 }
 
