@@ -3,7 +3,6 @@ package airlock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -97,13 +96,13 @@ func (g *Guard) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		if happened {
 			result, note = found.Answer, found.Tool+" says the work happened"
 		}
-		_, err = g.Settle(WithActor(ctx, ActorReconcile), SettleRequest{Key: rec.Key, Happened: happened, Result: result, Note: note + ": " + string(found.Answer), By: ActorReconcile})
+		_, err = g.Settle(ctx, SettleRequest{Key: rec.Key, Happened: happened, Result: result, Note: note + ": " + string(found.Answer), By: ActorReconcile})
 		switch {
 		case err == nil && happened:
 			st.Happened++
 		case err == nil:
 			st.NotHappened++
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrStateConflict), ErrorCode(err) == CodeConflict, ErrorCode(err) == CodeNotFound:
+		case ErrorCode(err) == CodeNotFound, ErrorCode(err) == CodeConflict:
 			// Settled meanwhile, by a person or another replica.
 		default:
 			return st, err

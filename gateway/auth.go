@@ -105,10 +105,3 @@ func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
-
-// Authenticate maps a bearer token to its principal.
-func (g *Gateway) Authenticate(token string) (Principal, bool) {
-	r := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
-	p, err := g.authenticate(r)
-	return p, err == nil
-}

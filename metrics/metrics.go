@@ -6,6 +6,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -235,7 +236,7 @@ func (m *Metrics) Settled(tool string, happened bool, by string) {
 	if by != airlock.ActorReconcile {
 		by = "person"
 	}
-	m.SettledTotal.WithLabelValues(tool, map[bool]string{true: "true", false: "false"}[happened], by).Inc()
+	m.SettledTotal.WithLabelValues(tool, strconv.FormatBool(happened), by).Inc()
 }
 
 // SetTimeouts publishes each side-effecting tool's timeout.

@@ -12,7 +12,6 @@ package app
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -181,9 +179,14 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	if a.Reconciler, err = reconcile.New(reconcile.Config{Manifest: m, Callers: a.caller}); err != nil {
 		return nil, err
 	}
+	// The reaper lists in-doubt records only when some tool can settle them.
+	var reconciler airlock.Reconciler
+	if a.Reconciler.Any() {
+		reconciler = a.Reconciler
+	}
 	a.Guard = airlock.NewGuard(a.Store, &airlock.GuardConfig{
 		Redrive: a.redrive, Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics,
-		Reconciler: a.Reconciler, ReconcileBackoff: cfg.ReconcileBackoff,
+		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff,
 	})
 	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log}); err != nil {
 		return nil, err
@@ -223,23 +226,23 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 		a.Store = s
 		// River's SQLite driver wants a pool of one connection, opened with
 		// the store's own settings.
-		withDB := func(f func(*sql.DB) error) error {
-			db, err := s.OpenDB(1)
-			if err != nil {
-				return err
-			}
-			if err := f(db); err != nil {
-				db.Close()
-				return err
-			}
-			return nil
-		}
 		a.commits = commitQueue{
 			migrate: func(ctx context.Context) error {
-				return withDB(func(db *sql.DB) error { return errors.Join(riverqueue.MigrateSQLite(ctx, db), db.Close()) })
+				db, err := s.OpenDB(1)
+				if err != nil {
+					return err
+				}
+				return errors.Join(riverqueue.MigrateSQLite(ctx, db), db.Close())
 			},
-			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (w *riverqueue.Worker, err error) {
-				err = withDB(func(db *sql.DB) error { w, err = riverqueue.StartSQLite(ctx, db, c, cfg); return err })
+			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error) {
+				db, err := s.OpenDB(1)
+				if err != nil {
+					return nil, err
+				}
+				w, err := riverqueue.StartSQLite(ctx, db, c, cfg)
+				if err != nil {
+					db.Close()
+				}
 				return w, err
 			},
 		}
@@ -249,11 +252,10 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 			return fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
 		}
 		a.Store = s
-		pool := func() *pgxpool.Pool { return s.Pool() }
 		a.commits = commitQueue{
-			migrate: func(ctx context.Context) error { return riverqueue.MigratePostgres(ctx, pool()) },
+			migrate: func(ctx context.Context) error { return riverqueue.MigratePostgres(ctx, s.Pool()) },
 			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error) {
-				return riverqueue.StartPostgres(ctx, pool(), c, cfg)
+				return riverqueue.StartPostgres(ctx, s.Pool(), c, cfg)
 			},
 		}
 	}
