@@ -72,10 +72,15 @@ func rawOrNull(b json.RawMessage) json.RawMessage {
 	return b
 }
 
-// AuditStore keeps the audit log. Drivers: store/sqlite, store/postgres.
-type AuditStore interface {
+// AuditWriter appends to the audit log.
+type AuditWriter interface {
 	// AppendAudit writes events (unsealed) in one transaction.
 	AppendAudit(ctx context.Context, events []*AuditEvent) error
+}
+
+// AuditStore keeps the audit log. Drivers: store/sqlite, store/postgres.
+type AuditStore interface {
+	AuditWriter
 	// SealAudit numbers and chains up to limit unsealed events, oldest
 	// first, continuing the chain; one sealer at a time across processes.
 	SealAudit(ctx context.Context, limit int) (int, error)

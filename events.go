@@ -22,7 +22,7 @@ import (
 // nothing for AuditWait (the waiting event); each is counted in Dropped
 // (airlock_audit_incomplete_total).
 type eventBuffer struct {
-	store   AuditStore
+	store   AuditWriter
 	log     *slog.Logger
 	ch      chan *AuditEvent
 	wait    time.Duration
@@ -45,7 +45,7 @@ func (b *eventBuffer) lose(n int) {
 // waiting, up to this, goes in one transaction.
 const maxEventWrite = 4096
 
-func newEventBuffer(s AuditStore, log *slog.Logger, size int, wait time.Duration, onLost func(int)) *eventBuffer {
+func newEventBuffer(s AuditWriter, log *slog.Logger, size int, wait time.Duration, onLost func(int)) *eventBuffer {
 	b := &eventBuffer{store: s, log: log, onLost: onLost, ch: make(chan *AuditEvent, size), wait: wait, quit: make(chan struct{}), done: make(chan struct{})}
 	go b.run()
 	return b
@@ -135,11 +135,11 @@ func (b *eventBuffer) close() {
 func (g *Guard) emit(e *AuditEvent) { g.events.add(e) }
 
 // auditAnswer records how a call on an existing record was answered.
-func (g *Guard) auditAnswer(ctx context.Context, tool *Tool, rec *Record, args map[string]any, run string, a *Answer, err error) {
+func (g *Guard) auditAnswer(ctx context.Context, tool *Tool, rec *Record, args *Args, run string, a *Answer, err error) {
 	if rec == nil {
 		return
 	}
-	e := &AuditEvent{At: g.clock.Now(), RunID: run, Key: rec.Key, Tool: tool.Name, Args: CanonicalArgs(args), Actor: ActorFrom(ctx)}
+	e := &AuditEvent{At: g.clock.Now(), RunID: run, Key: rec.Key, Tool: tool.Name, Args: args.JSON(), Actor: ActorFrom(ctx)}
 	switch {
 	case err != nil && ErrorCode(err) == CodeArgumentsMismatch:
 		e.Kind, e.Error = EventConflict, err.Error()

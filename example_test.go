@@ -52,7 +52,7 @@ func ExampleGuard_Do() {
 		approvals++
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"approved":true}`)}
 	}
-	call := &airlock.Call{Tool: m.Tool("add_note"), Args: json.RawMessage(`{"record_id":"WD-1","text":"checked"}`)}
+	call := &airlock.Call{Tool: m.Tool("add_note"), Args: airlock.MustArgs(`{"record_id":"WD-1","text":"checked"}`)}
 	for range 3 {
 		ans, err := guard.Do(context.Background(), call, approve)
 		if err != nil {

@@ -81,7 +81,7 @@ type SideEffect func(ctx context.Context, key string) Outcome
 type Call struct {
 	Tool     *Tool
 	Calendar *Calendar // for business_day windows
-	Args     json.RawMessage
+	Args     *Args     // parsed at the edge (NewArgs); nil is {}
 	RunID    string
 }
 
@@ -146,7 +146,7 @@ type Observer interface {
 
 // Guard runs side effects at most once per key.
 type Guard struct {
-	store    Store
+	store    GuardStore
 	clock    Clock
 	lease    time.Duration
 	retain   time.Duration
@@ -172,7 +172,7 @@ type Guard struct {
 }
 
 // NewGuard makes a guard over a store.
-func NewGuard(store Store, cfg *GuardConfig) *Guard {
+func NewGuard(store GuardStore, cfg *GuardConfig) *Guard {
 	if cfg == nil {
 		cfg = &GuardConfig{}
 	}
@@ -255,22 +255,14 @@ func (g *Guard) Close() {
 func (g *Guard) Wait() { g.inflight.Wait() }
 
 // Derive derives the key of a call without running anything.
-func (g *Guard) Derive(c *Call) (*Derivation, map[string]any, error) {
+func (g *Guard) Derive(c *Call) (*Derivation, error) {
 	if c.Tool == nil {
-		return nil, nil, Errorf(CodeUnknownTool, "no tool given")
+		return nil, Errorf(CodeUnknownTool, "no tool given")
 	}
 	if !c.Tool.Kind.SideEffecting() {
-		return nil, nil, Errorf(CodeNotCallable, "tool %s is a read tool; it has no key and is not guarded", c.Tool.Name)
+		return nil, Errorf(CodeNotCallable, "tool %s is a read tool; it has no key and is not guarded", c.Tool.Name)
 	}
-	args, err := ParseArgs(c.Args)
-	if err != nil {
-		return nil, nil, err
-	}
-	d, err := DeriveKey(KeyInput{Tool: c.Tool, Calendar: c.Calendar, Args: args, At: g.clock.Now(), RunID: c.RunID})
-	if err != nil {
-		return nil, nil, err
-	}
-	return d, args, nil
+	return DeriveKey(KeyInput{Tool: c.Tool, Calendar: c.Calendar, Args: c.Args.Value(), At: g.clock.Now(), RunID: c.RunID})
 }
 
 // Do runs fn at most once for the call's key and answers as DESIGN §2.2
@@ -281,18 +273,21 @@ func (g *Guard) Derive(c *Call) (*Derivation, map[string]any, error) {
 // that was never sent (nothing was done) and a rejected mismatch.
 func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error) {
 	start := g.clock.Now()
-	d, args, err := g.Derive(c)
+	d, err := g.Derive(c)
 	if err != nil {
 		return nil, err
 	}
-	canon := CanonicalArgs(args)
-	hashed := canon // what the arguments' hash covers: key fields normalized
-	if normalizes(args, d.Parts.Fields) {
-		hashed = CanonicalArgs(NormalizeKeyFields(c.Tool, args))
+	args := c.Args
+	if args == nil {
+		args = emptyArgs
+	}
+	hashed := args.JSON() // what the arguments' hash covers: key fields normalized
+	if normalizes(args.Value(), d.Parts.Fields) {
+		hashed = CanonicalArgs(NormalizeKeyFields(c.Tool, args.Value()))
 	}
 	return g.do(ctx, &prepared{
 		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
-		args: args, canon: canon, hash: ArgsHash(hashed),
+		args: args, hash: ArgsHash(hashed),
 		expiresAt: g.expiresAt(d, start), start: start,
 	}, fn)
 }
@@ -304,7 +299,7 @@ type KeyedCall struct {
 	// whether the upstream honours keys.
 	Tool  *Tool
 	Key   string
-	Args  json.RawMessage // a JSON object
+	Args  *Args // parsed at the edge (NewArgs); nil is {}
 	RunID string
 	// ExpiresAt is when the record may be purged; zero keeps it.
 	ExpiresAt time.Time
@@ -318,14 +313,13 @@ func (g *Guard) DoKeyed(ctx context.Context, kc *KeyedCall, fn SideEffect) (*Ans
 	if kc.Key == "" {
 		return nil, FieldErrorf(CodeMissingField, "key", "the key is empty")
 	}
-	args, err := ParseArgs(kc.Args)
-	if err != nil {
-		return nil, err
+	args := kc.Args
+	if args == nil {
+		args = emptyArgs
 	}
-	canon := CanonicalArgs(args)
 	return g.do(ctx, &prepared{
 		tool: kc.Tool, key: kc.Key, runID: kc.RunID, windowID: "keyed",
-		args: args, canon: canon, hash: ArgsHash(canon), expiresAt: kc.ExpiresAt, start: g.clock.Now(),
+		args: args, hash: ArgsHash(args.JSON()), expiresAt: kc.ExpiresAt, start: g.clock.Now(),
 	}, fn)
 }
 
@@ -336,9 +330,8 @@ type prepared struct {
 	previous  string
 	runID     string
 	windowID  string
-	args      map[string]any
-	canon     []byte
-	hash      string
+	args      *Args
+	hash      string // ArgsHash of the arguments, key fields normalized
 	expiresAt time.Time
 	start     time.Time
 	deadline  time.Time // respond_within: answer in progress after it; zero: wait
@@ -355,7 +348,7 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn SideEffect) (*Answer, er
 		return a, err
 	}
 	if rec := g.cache.get(p.key); rec != nil {
-		return g.answerExisting(ctx, p.tool, rec, p.args, p.hash, p.deadline, p.runID)
+		return g.answerExisting(ctx, p, rec)
 	}
 	if a, done, err := g.checkBudget(ctx, p); done {
 		return a, err
@@ -377,7 +370,7 @@ func (g *Guard) previousWindow(ctx context.Context, p *prepared) (*Answer, bool,
 	prev, err := g.get(ctx, p.previous)
 	switch {
 	case err == nil && prev.RunID == p.runID:
-		if a, err := g.answerExisting(ctx, p.tool, prev, p.args, p.hash, p.deadline, p.runID); !errors.Is(err, errReleased) {
+		if a, err := g.answerExisting(ctx, p, prev); !errors.Is(err, errReleased) {
 			return a, true, err
 		}
 	case err != nil && !errors.Is(err, ErrNotFound):
@@ -397,7 +390,7 @@ func (g *Guard) checkBudget(ctx context.Context, p *prepared) (*Answer, bool, er
 	rec, err := g.get(ctx, p.key)
 	switch {
 	case err == nil:
-		if a, err := g.answerExisting(ctx, tool, rec, p.args, p.hash, p.deadline, p.runID); !errors.Is(err, errReleased) {
+		if a, err := g.answerExisting(ctx, p, rec); !errors.Is(err, errReleased) {
 			return a, true, err
 		}
 	case !errors.Is(err, ErrNotFound):
@@ -410,7 +403,7 @@ func (g *Guard) checkBudget(ctx context.Context, p *prepared) (*Answer, bool, er
 	if n < tool.MaxCallsPerRun {
 		return nil, false, nil
 	}
-	g.emit(&AuditEvent{At: g.clock.Now(), Kind: EventBudget, RunID: p.runID, Key: p.key, Tool: tool.Name, Args: p.canon,
+	g.emit(&AuditEvent{At: g.clock.Now(), Kind: EventBudget, RunID: p.runID, Key: p.key, Tool: tool.Name, Args: p.args.JSON(),
 		Error: fmt.Sprintf("max_calls_per_run %d reached", tool.MaxCallsPerRun), Actor: ActorFrom(ctx)})
 	return nil, true, &Error{Code: CodeBudgetExceeded, Field: "run_id", Message: fmt.Sprintf(
 		"this run has already made %d calls of %s, its limit (max_calls_per_run); this call was refused and nothing was executed. Stop and report to a person instead of retrying",
@@ -422,7 +415,7 @@ func (g *Guard) checkBudget(ctx context.Context, p *prepared) (*Answer, bool, er
 func (g *Guard) claim(ctx context.Context, p *prepared) (*Record, *Answer, error) {
 	c := &Claim{
 		Key: p.key, Tool: p.tool.Name, RunID: p.runID, WindowID: p.windowID,
-		Args: p.canon, ArgsHash: p.hash, Owner: g.newOwner(), Now: p.start,
+		Args: p.args.JSON(), ArgsHash: p.hash, Owner: g.newOwner(), Now: p.start,
 		LeaseUntil: p.start.Add(g.lease), ExpiresAt: p.expiresAt, Actor: ActorFrom(ctx),
 	}
 	for attempt := 0; ; attempt++ {
@@ -436,7 +429,7 @@ func (g *Guard) claim(ctx context.Context, p *prepared) (*Record, *Answer, error
 			// Owners are unique to a call, so nobody else holds it.
 			return rec, nil, nil
 		}
-		a, err := g.answerExisting(ctx, p.tool, rec, p.args, p.hash, p.deadline, p.runID)
+		a, err := g.answerExisting(ctx, p, rec)
 		// The first call released its claim (its request was never sent):
 		// this call may do the work.
 		if errors.Is(err, errReleased) && attempt < 3 {
@@ -608,14 +601,17 @@ func (g *Guard) retryStore(ctx context.Context, f func(context.Context) error) e
 }
 
 // answerExisting answers a call whose key already has a record.
-func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, args map[string]any, hash string, deadline time.Time, run string) (a *Answer, err error) {
+func (g *Guard) answerExisting(ctx context.Context, p *prepared, rec *Record) (a *Answer, err error) {
+	tool := p.tool
 	first := rec // rec is replaced below by the waited-for record, which may be nil
-	defer func() { g.auditAnswer(ctx, tool, first, args, run, a, err) }()
+	defer func() { g.auditAnswer(ctx, tool, first, p.args, p.runID, a, err) }()
 	var conflict *Conflict
-	if rec.ArgsHash != hash {
+	if rec.ArgsHash != p.hash {
+		// The first call's arguments come back from the store as bytes;
+		// they are parsed only here, when the two calls differ.
 		first, _ := ParseArgs(rec.Args)
 		// Values that normalize alike are the same work, not a conflict.
-		fields := DiffArgs(NormalizeKeyFields(tool, first), NormalizeKeyFields(tool, args))
+		fields := DiffArgs(NormalizeKeyFields(tool, first), NormalizeKeyFields(tool, p.args.Value()))
 		if tool.OnMismatch == MismatchReject {
 			e := &Error{Code: CodeArgumentsMismatch, Message: fmt.Sprintf(
 				"this work was already requested with other arguments (differing: %s); the first request stands and this one was refused; nothing was executed",
@@ -631,7 +627,7 @@ func (g *Guard) answerExisting(ctx context.Context, tool *Tool, rec *Record, arg
 	}
 	if rec.State == StateRunning {
 		var err error
-		rec, err = g.waitFinal(ctx, rec.Key, tool.RepeatWaitOr(), deadline)
+		rec, err = g.waitFinal(ctx, rec.Key, tool.RepeatWaitOr(), p.deadline)
 		if err != nil {
 			return nil, err
 		}

@@ -79,11 +79,11 @@ type Settlement struct {
 	Actor    string // for the audit log
 }
 
-// Store keeps records. Uniqueness on Key is the database's unique index;
-// every state change is a conditional update, so many processes may share
-// one store. Drivers: store/sqlite, store/postgres; store/storetest is the
-// conformance suite both pass.
-type Store interface {
+// RecordStore keeps records. Uniqueness on Key is the database's unique
+// index; every state change is a conditional update, so many processes may
+// share one store. Drivers: store/sqlite, store/postgres; store/storetest
+// is the conformance suite both pass.
+type RecordStore interface {
 	// Claim inserts the record as running, durably, unless one with the key
 	// exists; it returns the record and whether this call inserted it.
 	// A driver that retries a write whose commit was not acknowledged may
@@ -133,6 +133,21 @@ type Store interface {
 	// PollInterval is how often a waiter re-reads a running record, for
 	// changes that Subscribe cannot report.
 	PollInterval() time.Duration
+}
+
+// GuardStore is what a Guard uses: the records, and the audit log to write
+// its answer events to.
+type GuardStore interface {
+	RecordStore
+	AuditWriter
+}
+
+// Store is a whole database as a driver opens it: records, plans, the audit
+// log, and its schema. Each consumer takes the narrower interface it uses
+// (the guard a GuardStore, the plan service a PlanStore, the report a
+// metrics.Source); only the assembly (internal/app) holds a Store.
+type Store interface {
+	RecordStore
 	// PlanStore keeps the plans of irreversible tools.
 	PlanStore
 	// AuditStore keeps the audit log.

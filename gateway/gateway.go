@@ -207,14 +207,11 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 	if !ok {
 		return nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool", "tool %s has no upstream configured; nothing was executed", tool.Name)
 	}
-	args, err := airlock.ParseArgs(req.Args)
+	args, err := g.parseArgs(tool, req.Args)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.schemas[tool.Name].validate(args); err != nil {
-		return nil, err
-	}
-	canon := airlock.CanonicalArgs(args)
+	canon := args.JSON()
 
 	if tool.Kind == airlock.KindRead {
 		ctx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
@@ -230,10 +227,24 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 				Message: fmt.Sprintf("%s could not be read from its service; nothing was changed and it is safe to try again later", tool.Name)}
 		}
 	}
-	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: canon, RunID: req.RunID},
+	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID},
 		func(ctx context.Context, key string) airlock.Outcome {
 			return caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, Key: key})
 		})
+}
+
+// parseArgs is the edge where a call's arguments are parsed, once, and
+// checked against the tool's input schema; the one value travels down to
+// the guard or the plan service and on to the upstream as it is.
+func (g *Gateway) parseArgs(tool *airlock.Tool, raw json.RawMessage) (*airlock.Args, error) {
+	args, err := airlock.NewArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.schemas[tool.Name].validate(args); err != nil {
+		return nil, err
+	}
+	return args, nil
 }
 
 // callableNames lists the tools an agent may call.

@@ -47,14 +47,11 @@ const (
 )
 
 func (g *Gateway) propose(ctx context.Context, t *airlock.Tool, req *CallRequest) (*airlock.Answer, error) {
-	args, err := airlock.ParseArgs(req.Args)
+	args, err := g.parseArgs(t, req.Args)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.schemas[t.Name].validate(args); err != nil {
-		return nil, err
-	}
-	p, repeat, err := g.plans.Propose(ctx, t, airlock.CanonicalArgs(args), req.RunID)
+	p, repeat, err := g.plans.Propose(ctx, t, args, req.RunID)
 	if err != nil {
 		return nil, err
 	}

@@ -75,8 +75,9 @@ func typeMatches(want, got string) bool {
 
 var schemaPathRE = regexp.MustCompile(`/properties/([^/:\s]+)`)
 
-// validate checks parsed arguments (from airlock.ParseArgs).
-func (a *argsSchema) validate(args map[string]any) error {
+// validate checks a call's parsed arguments.
+func (a *argsSchema) validate(parsed *airlock.Args) error {
+	args := parsed.Value()
 	props, _ := a.raw["properties"].(map[string]any)
 	if req, ok := a.raw["required"].([]any); ok {
 		for _, r := range req {
@@ -111,9 +112,10 @@ func (a *argsSchema) validate(args map[string]any) error {
 		}
 	}
 	// The full schema (enums, patterns, nested objects). jsonschema-go
-	// wants plain JSON values, not json.Number.
+	// wants plain JSON values, not json.Number, so it gets its own decoding
+	// of the canonical bytes.
 	var plain any
-	_ = json.Unmarshal(airlock.CanonicalArgs(args), &plain)
+	_ = json.Unmarshal(parsed.JSON(), &plain)
 	if err := a.resolved.Validate(plain); err != nil {
 		field := ""
 		if m := schemaPathRE.FindStringSubmatch(err.Error()); m != nil {

@@ -93,13 +93,18 @@ func Middleware(guard *airlock.Guard, cfg *Config, next http.Handler) http.Handl
 		}
 		// The payload the key is bound to: method, path and body.
 		payload, _ := json.Marshal(map[string]any{"method": r.Method, "path": r.URL.Path, "body": bodyValue(body)})
+		args, err := airlock.NewArgs(payload)
+		if err != nil {
+			problem(w, http.StatusInternalServerError, "the request could not be bound to its key")
+			return
+		}
 		tool := &airlock.Tool{
 			Name: "http " + r.Method + " " + r.URL.Path, Kind: airlock.KindWrite,
 			OnMismatch: airlock.MismatchReject, RepeatWait: &wait,
 		}
 		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\x00" + key))
 		kc := &airlock.KeyedCall{
-			Tool: tool, Key: "idem:" + hex.EncodeToString(sum[:16]), Args: payload,
+			Tool: tool, Key: "idem:" + hex.EncodeToString(sum[:16]), Args: args,
 			ExpiresAt: time.Now().Add(retention),
 		}
 		ans, err := guard.DoKeyed(r.Context(), kc, func(ctx context.Context, _ string) airlock.Outcome {

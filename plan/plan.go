@@ -95,16 +95,12 @@ func newID() string {
 // Propose makes the plan for a call of an irreversible tool, or returns the
 // existing plan for the same key (repeat true). Facts come from the tool's
 // lookup; a lookup that fails leaves the plan to a person.
-func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.RawMessage, runID string) (*airlock.Plan, bool, error) {
+func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, args *airlock.Args, runID string) (*airlock.Plan, bool, error) {
 	if tool == nil || tool.Kind != airlock.KindIrreversible || tool.Approval == nil {
 		return nil, false, airlock.FieldErrorf(airlock.CodeNotCallable, "tool", "only irreversible tools are planned")
 	}
-	args, err := airlock.ParseArgs(rawArgs)
-	if err != nil {
-		return nil, false, err
-	}
 	now := s.clock.Now()
-	d, err := airlock.DeriveKey(airlock.KeyInput{Tool: tool, Calendar: &s.cfg.Manifest.Calendar, Args: args, At: now, RunID: runID})
+	d, err := airlock.DeriveKey(airlock.KeyInput{Tool: tool, Calendar: &s.cfg.Manifest.Calendar, Args: args.Value(), At: now, RunID: runID})
 	if err != nil {
 		return nil, false, err
 	}
@@ -118,9 +114,9 @@ func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, rawArgs json.
 			return p, true, nil
 		}
 	}
-	canon := airlock.CanonicalArgs(args)
-	facts, factsErr := s.lookup(ctx, tool, args)
-	in := policy.Input{Args: args, Tool: tool.Name, Run: runID}
+	canon := args.JSON()
+	facts, factsErr := s.lookup(ctx, tool, args.Value())
+	in := policy.Input{Args: args.Value(), Tool: tool.Name, Run: runID}
 	var decision policy.Decision
 	if factsErr != nil {
 		decision = policy.Decision{Rule: "", Decision: policy.Human}
@@ -325,11 +321,17 @@ func (s *Service) Commit(ctx context.Context, id string) error {
 	if _, err := s.cfg.Store.SetPlanStatus(ctx, id, []airlock.PlanStatus{airlock.PlanApproved}, airlock.PlanCommitting, nil, "", s.clock.Now()); err != nil {
 		return err
 	}
+	// The plan's arguments come back from the store as the canonical bytes
+	// they were stored as; this is where they are parsed again.
+	args, err := airlock.NewArgs(p.Args)
+	if err != nil {
+		return fmt.Errorf("plan %s: stored arguments: %w", id, err)
+	}
 	commitTool := *tool
 	commitTool.RespondWithin = nil // the worker waits for the outcome
-	ans, err := s.cfg.Guard.DoKeyed(ctx, &airlock.KeyedCall{Tool: &commitTool, Key: p.Key, Args: p.Args, RunID: p.RunID},
+	ans, err := s.cfg.Guard.DoKeyed(ctx, &airlock.KeyedCall{Tool: &commitTool, Key: p.Key, Args: args, RunID: p.RunID},
 		func(ctx context.Context, key string) airlock.Outcome {
-			return c.Call(ctx, &upstream.Request{Tool: tool, Args: p.Args, Key: key})
+			return c.Call(ctx, &upstream.Request{Tool: tool, Args: args.JSON(), Key: key})
 		})
 	if err != nil {
 		if airlock.ErrorCode(err) == airlock.CodeNotSent {

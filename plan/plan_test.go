@@ -160,9 +160,8 @@ func setup(t *testing.T, d driver) *bundle {
 	return &bundle{clock: clock, obs: obs, svc: svc, ledger: l, m: m, tool: m.Tool("approve_withdrawal")}
 }
 
-func args(id string, extra ...string) json.RawMessage {
-	s := `{"record_id":"` + id + `"` + strings.Join(extra, "") + `}`
-	return json.RawMessage(s)
+func args(id string, extra ...string) *airlock.Args {
+	return airlock.MustArgs(`{"record_id":"` + id + `"` + strings.Join(extra, "") + `}`)
 }
 
 func TestPlans(t *testing.T) {

@@ -83,7 +83,7 @@ func childHang() int {
 		return 1
 	}
 	g := airlock.NewGuard(s, &airlock.GuardConfig{Lease: 2 * time.Second})
-	args, _ := json.Marshal(map[string]string{"record_id": os.Getenv(envKeySpace)})
+	args := airlock.ArgsOf(map[string]any{"record_id": os.Getenv(envKeySpace)})
 	_, err = g.Do(ctx, &airlock.Call{Tool: crashTool(), Args: args}, func(context.Context, string) airlock.Outcome {
 		fmt.Println("CLAIMED")
 		select {} // the side effect is under way when the process dies
@@ -211,14 +211,13 @@ func TestKilledMidCallBecomesInDoubt(t *testing.T) {
 				defer s.Close()
 				g := airlock.NewGuard(s, &airlock.GuardConfig{Lease: 2 * time.Second})
 				defer g.Close()
-				args, _ := json.Marshal(map[string]string{"record_id": recordID})
-				call := &airlock.Call{Tool: crashTool(), Args: args}
+				call := &airlock.Call{Tool: crashTool(), Args: airlock.ArgsOf(map[string]any{"record_id": recordID})}
 				ran := 0
 				fn := func(context.Context, string) airlock.Outcome {
 					ran++
 					return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"second":true}`)}
 				}
-				d, _, err := g.Derive(call)
+				d, err := g.Derive(call)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -252,7 +252,7 @@ func TestAuditVerifyAndExport(t *testing.T) {
 	ctx := airlock.WithActor(context.Background(), "agent-7")
 	for i := range 3 {
 		args := fmt.Sprintf(`{"record_id":"WD-%d","text":"checked"}`, i)
-		if _, err := g.Do(ctx, &airlock.Call{Tool: m.Tool("add_note"), Args: json.RawMessage(args), RunID: "run-a"}, func(context.Context, string) airlock.Outcome {
+		if _, err := g.Do(ctx, &airlock.Call{Tool: m.Tool("add_note"), Args: airlock.MustArgs(args), RunID: "run-a"}, func(context.Context, string) airlock.Outcome {
 			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
 		}); err != nil {
 			t.Fatal(err)
@@ -293,7 +293,7 @@ func TestRecordsShowAndSettle(t *testing.T) {
 	_ = s.Migrate(context.Background())
 	m, _ := withdrawals.Manifest()
 	g := airlock.NewGuard(s, nil)
-	a, err := g.Do(context.Background(), &airlock.Call{Tool: m.Tool("add_note"), Args: json.RawMessage(`{"record_id":"WD-1","text":"x"}`)},
+	a, err := g.Do(context.Background(), &airlock.Call{Tool: m.Tool("add_note"), Args: airlock.MustArgs(`{"record_id":"WD-1","text":"x"}`)},
 		func(context.Context, string) airlock.Outcome {
 			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("connection reset")}
 		})

@@ -141,14 +141,14 @@ func setup(t *testing.T, d driver) *bundle {
 // renewed. It returns the key.
 func (b *bundle) crashedCall(t *testing.T, record string) string {
 	t.Helper()
-	args := json.RawMessage(`{"record_id":"` + record + `","text":"checked"}`)
-	d, _, err := b.app.Guard.Derive(&airlock.Call{Tool: b.app.Manifest.Tool("add_note"), Args: args, RunID: "run-crash"})
+	args := airlock.MustArgs(`{"record_id":"` + record + `","text":"checked"}`)
+	d, err := b.app.Guard.Derive(&airlock.Call{Tool: b.app.Manifest.Tool("add_note"), Args: args, RunID: "run-crash"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	past := time.Now().Add(-time.Minute)
 	if _, claimed, err := b.app.Store.Claim(context.Background(), &airlock.Claim{
-		Key: d.Key, Tool: "add_note", RunID: "run-crash", WindowID: d.Parts.WindowID, Args: args, ArgsHash: airlock.ArgsHash(args),
+		Key: d.Key, Tool: "add_note", RunID: "run-crash", WindowID: d.Parts.WindowID, Args: args.JSON(), ArgsHash: airlock.ArgsHash(args.JSON()),
 		Owner: "a-process-that-died", Now: past, LeaseUntil: past.Add(time.Second),
 	}); err != nil || !claimed {
 		t.Fatalf("claim: %v %v", claimed, err)

@@ -318,7 +318,10 @@ func (g *GuardCaller) Call(ctx context.Context, key string, fn func() json.RawMe
 	// that the harness measures airlock (--key-space may hold any text, so
 	// the key is still quoted as JSON).
 	quoted, _ := json.Marshal(key)
-	args := []byte(`{"record_id":` + string(quoted) + `}`)
+	args, err := airlock.NewArgs([]byte(`{"record_id":` + string(quoted) + `}`))
+	if err != nil {
+		return nil, false, err
+	}
 	ans, err := g.Guard.Do(ctx, &airlock.Call{Tool: g.Tool, Args: args}, func(context.Context, string) airlock.Outcome {
 		executed = true
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: fn()}

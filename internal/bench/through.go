@@ -215,7 +215,11 @@ func (t *Through) core(ctx context.Context, key string, fn func() json.RawMessag
 	ran, done := t.register(key, fn)
 	defer done()
 	args, _ := json.Marshal(map[string]string{"record_id": key})
-	ans, err := t.guard.Do(ctx, &airlock.Call{Tool: t.tool, Args: args}, func(ctx context.Context, k string) airlock.Outcome {
+	parsed, err := airlock.NewArgs(args)
+	if err != nil {
+		return nil, false, err
+	}
+	ans, err := t.guard.Do(ctx, &airlock.Call{Tool: t.tool, Args: parsed}, func(ctx context.Context, k string) airlock.Outcome {
 		out, err := t.post(ctx, t.upstreamURL+"/do", args, "Idempotency-Key", k)
 		if err != nil {
 			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
