@@ -759,6 +759,7 @@ type SettleRequest struct {
 	Result   json.RawMessage // when it happened: its result, as JSON; optional
 	Note     string          // how the settler knows; required
 	By       string          // who settles: a person's name, or ActorReconcile
+	Role     string          // By's role: RoleAdmin, or RoleSystem for reconciliation
 }
 
 // SettledBy is the record's note after a settlement: who, when and how
@@ -781,6 +782,8 @@ func (g *Guard) Settle(ctx context.Context, r SettleRequest) (*Record, error) {
 		return nil, FieldErrorf(CodeInvalidArgument, "note", "a note is required: how you know whether it happened (it goes in the audit trail)")
 	case strings.TrimSpace(r.By) == "":
 		return nil, FieldErrorf(CodeInvalidArgument, "by", "required: who settles the record (it goes in the audit trail)")
+	case r.Role != RoleAdmin && r.Role != RoleSystem:
+		return nil, FieldErrorf(CodeForbidden, "role", "only an admin settles records; %s is %q", r.By, r.Role)
 	case r.Happened && len(r.Result) > 0 && !json.Valid(r.Result):
 		return nil, FieldErrorf(CodeInvalidArgument, "result", "the result must be valid JSON")
 	}

@@ -77,6 +77,9 @@ const (
 	RoleAgent    = "agent"
 	RoleApprover = "approver"
 	RoleAdmin    = "admin"
+	// RoleSystem is airlock acting by itself (reconciliation); no token
+	// can hold it.
+	RoleSystem = "system"
 )
 
 // TokenSpec is one bearer token, stored as the hex SHA-256 of the token or

@@ -96,7 +96,7 @@ func (g *Guard) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		if happened {
 			result, note = found.Answer, found.Tool+" says the work happened"
 		}
-		_, err = g.Settle(ctx, SettleRequest{Key: rec.Key, Happened: happened, Result: result, Note: note + ": " + string(found.Answer), By: ActorReconcile})
+		_, err = g.Settle(ctx, SettleRequest{Key: rec.Key, Happened: happened, Result: result, Note: note + ": " + string(found.Answer), By: ActorReconcile, Role: RoleSystem})
 		switch {
 		case err == nil && happened:
 			st.Happened++

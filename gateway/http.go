@@ -125,7 +125,7 @@ func (g *Gateway) handleSettle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := PrincipalFrom(r.Context())
-	rec, err := g.guard.Settle(r.Context(), airlock.SettleRequest{Key: r.PathValue("key"), Happened: *req.Happened, Result: req.Result, Note: req.Note, By: p.Name})
+	rec, err := g.guard.Settle(r.Context(), airlock.SettleRequest{Key: r.PathValue("key"), Happened: *req.Happened, Result: req.Result, Note: req.Note, By: p.Name, Role: p.Role})
 	if err != nil {
 		writeError(w, g.log, err)
 		return

@@ -247,7 +247,7 @@ func TestKilledMidCallBecomesInDoubt(t *testing.T) {
 					t.Fatalf("repeat of an in-doubt call: %+v, %v, ran %d; want in_doubt, repeat, not run", ans, err, ran)
 				}
 
-				if _, err := g.Settle(ctx, airlock.SettleRequest{Key: d.Key, Happened: happened, Result: json.RawMessage(`{"settled":true}`), Note: "checked the ledger", By: "alice"}); err != nil {
+				if _, err := g.Settle(ctx, airlock.SettleRequest{Key: d.Key, Happened: happened, Result: json.RawMessage(`{"settled":true}`), Note: "checked the ledger", By: "alice", Role: airlock.RoleAdmin}); err != nil {
 					t.Fatal(err)
 				}
 				ans, err = g.Do(ctx, call, fn)

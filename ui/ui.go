@@ -441,14 +441,10 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 
 func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
-	if s.p.Role != airlock.RoleAdmin {
-		u.render(w, r, http.StatusForbidden, "signin", "Refused", nil, "Only admins settle records.")
-		return
-	}
 	msg := "Settled."
 	_, err := u.cfg.Guard.Settle(r.Context(), airlock.SettleRequest{
 		Key: r.PathValue("key"), Happened: r.PostFormValue("happened") == "true",
-		Result: json.RawMessage(strings.TrimSpace(r.PostFormValue("result"))), Note: r.PostFormValue("note"), By: s.p.Name,
+		Result: json.RawMessage(strings.TrimSpace(r.PostFormValue("result"))), Note: r.PostFormValue("note"), By: s.p.Name, Role: s.p.Role,
 	})
 	if err != nil {
 		var e *airlock.Error
@@ -456,6 +452,10 @@ func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
 			msg = e.Message
 		} else {
 			msg = err.Error()
+		}
+		if airlock.ErrorCode(err) == airlock.CodeForbidden {
+			u.render(w, r, http.StatusForbidden, "signin", "Refused", nil, msg)
+			return
 		}
 	}
 	http.Redirect(w, r, "/ui/in-doubt?msg="+url.QueryEscape(msg), http.StatusSeeOther)

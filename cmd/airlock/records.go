@@ -57,7 +57,7 @@ func cmdRecords(e *env, args []string) int {
 		res = json.RawMessage(*result)
 	}
 	if c.app != nil {
-		rec, err := c.app.Guard.Settle(ctx, airlock.SettleRequest{Key: key, Happened: *happened == "true", Result: res, Note: *note, By: c.by})
+		rec, err := c.app.Guard.Settle(ctx, airlock.SettleRequest{Key: key, Happened: *happened == "true", Result: res, Note: *note, By: c.by, Role: airlock.RoleAdmin})
 		if err != nil {
 			return fail(e, "%v", flagError(err))
 		}

@@ -190,7 +190,7 @@ func TestE2EUIInABrowser(t *testing.T) {
 		for (const [k, v] of [['csrf', document.querySelector('input[name=csrf]').value], ['note', 'x'], ['happened', 'false']]) {
 			const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); }
 		document.body.appendChild(f); f.submit(); return true; })()`))
-	if body := text("body"); !strings.Contains(body, "Only admins settle") {
+	if body := text("body"); !strings.Contains(body, "only an admin settles records") {
 		t.Fatalf("approver settling: %s", body)
 	}
 

@@ -481,7 +481,18 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 			if a.Status != airlock.StatusInDoubt || !a.Repeat || c.n.Load() != 0 {
 				t.Fatalf("repeat of an in-doubt record: %+v, executions %d", a, c.n.Load())
 			}
-			rec, err := b.guard.Settle(b.ctx, airlock.SettleRequest{Key: d.Key, Happened: happened, Result: json.RawMessage(`{"settled":true}`), Note: "checked the ledger", By: "alice"})
+			// Only an admin (or airlock's own reconciliation) settles, whatever
+			// the front end; a refused settlement changes nothing.
+			for _, role := range []string{airlock.RoleAgent, airlock.RoleApprover, ""} {
+				_, err := b.guard.Settle(b.ctx, airlock.SettleRequest{Key: d.Key, Happened: happened, Note: "checked", By: "mallory", Role: role})
+				if airlock.ErrorCode(err) != airlock.CodeForbidden {
+					t.Fatalf("settling as %q: %v, want forbidden", role, err)
+				}
+				if rec, err := b.store.Get(b.ctx, d.Key); err != nil || rec.State != airlock.StateInDoubt {
+					t.Fatalf("after a refused settlement: %+v, %v", rec, err)
+				}
+			}
+			rec, err := b.guard.Settle(b.ctx, airlock.SettleRequest{Key: d.Key, Happened: happened, Result: json.RawMessage(`{"settled":true}`), Note: "checked the ledger", By: "alice", Role: airlock.RoleAdmin})
 			must(t, err)
 			a, err = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
 			must(t, err)
