@@ -51,16 +51,29 @@ type AuditEvent struct {
 	PlanID       string          `json:"plan_id,omitempty"`
 	Rule         string          `json:"rule,omitempty"`
 	DecisionHash string          `json:"decision_hash,omitempty"`
-	PrevHash     string          `json:"prev_hash,omitempty"`
-	Hash         string          `json:"hash,omitempty"`
+	// Outcome, TimedOut and DurationUS are the structured outcome of a
+	// call's completion (OutcomeText*; whether its last attempt ran into the
+	// tool's timeout; microseconds from claim to completion). A person's
+	// decision carries its wait since the plan in DurationUS.
+	Outcome    string `json:"outcome,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	DurationUS int64  `json:"duration_us,omitempty"`
+	PrevHash   string `json:"prev_hash,omitempty"`
+	Hash       string `json:"hash,omitempty"`
 }
 
 // ChainHash is the hash of an event given the previous event's hash: the
 // hex SHA-256 of the JSON array [prev, seq, at (Unix µs), kind, run, key,
-// tool, args, result, error, actor, plan, rule, decision hash].
+// tool, args, result, error, actor, plan, rule, decision hash], followed
+// by [outcome, timed out, duration µs] when any of those is set (events
+// written before they existed hash as they did).
 func (e *AuditEvent) ChainHash(prev string) string {
-	b, _ := json.Marshal([]any{prev, e.Seq, e.At.UnixMicro(), e.Kind, e.RunID, e.Key, e.Tool,
-		rawOrNull(e.Args), rawOrNull(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash})
+	fields := []any{prev, e.Seq, e.At.UnixMicro(), e.Kind, e.RunID, e.Key, e.Tool,
+		rawOrNull(e.Args), rawOrNull(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash}
+	if e.Outcome != "" || e.TimedOut || e.DurationUS != 0 {
+		fields = append(fields, e.Outcome, e.TimedOut, e.DurationUS)
+	}
+	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -91,6 +104,47 @@ type AuditStore interface {
 	// AuditSince returns events (sealed or not) at or after since, in the
 	// order they were written, up to limit.
 	AuditSince(ctx context.Context, since time.Time, limit int) ([]*AuditEvent, error)
+	// AuditTrail returns the events (sealed or not) of a key, of a plan, or
+	// of either (both set: a plan's trail, its commit record's events
+	// included), with id > f.After in id order, up to f.Limit. An index
+	// serves each; a filter with neither is refused.
+	AuditTrail(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
+}
+
+// AuditFilter selects audit events by key and/or plan, after a cursor (the
+// last id seen), up to a limit.
+type AuditFilter struct {
+	Key    string
+	PlanID string
+	After  int64
+	Limit  int // 1..MaxAuditPage; 0 means DefaultAuditPage
+}
+
+// Pages of audit events.
+const (
+	DefaultAuditPage = 100
+	MaxAuditPage     = 1000
+)
+
+// Validate checks the filter; errors name the parameter.
+func (f *AuditFilter) Validate() error {
+	switch {
+	case f.Key == "" && f.PlanID == "":
+		return FieldErrorf(CodeInvalidArgument, "key", "give a key or a plan id: the audit log is read by one of them")
+	case f.After < 0:
+		return FieldErrorf(CodeInvalidArgument, "after", "must be an event id (0 or more), not %d", f.After)
+	case f.Limit < 0 || f.Limit > MaxAuditPage:
+		return FieldErrorf(CodeInvalidArgument, "limit", "must be between 1 and %d, not %d", MaxAuditPage, f.Limit)
+	}
+	return nil
+}
+
+// LimitOr is the page size: Limit, or DefaultAuditPage when it is 0.
+func (f *AuditFilter) LimitOr() int {
+	if f.Limit == 0 {
+		return DefaultAuditPage
+	}
+	return f.Limit
 }
 
 type actorKey struct{}
@@ -130,8 +184,12 @@ func DecisionEvent(p *Plan) *AuditEvent {
 	if at.IsZero() {
 		at = p.UpdatedAt
 	}
-	return &AuditEvent{At: at, Kind: EventDecided, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Args: p.Args, Result: res,
+	e := &AuditEvent{At: at, Kind: EventDecided, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Args: p.Args, Result: res,
 		Actor: actor, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
+	if actor != ActorSystem && !p.CreatedAt.IsZero() {
+		e.DurationUS = max(0, at.Sub(p.CreatedAt).Microseconds())
+	}
+	return e
 }
 
 // StatusEvent records a plan's move to its current status (expired,

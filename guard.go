@@ -484,12 +484,12 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 	defer g.leases.release(rec.Owner)
 
 	var out Outcome
-	sentOnce := false
+	sentOnce, timedOut := false, false
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
 		began := time.Now()
 		out = g.run(actx, fn, rec.Key)
-		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
+		timedOut = errors.Is(actx.Err(), context.DeadlineExceeded)
 		cancel()
 		if g.observer != nil {
 			g.observer.SideEffect(tool, out, time.Since(began), timedOut)
@@ -537,6 +537,7 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 	}
 	err := g.retryStore(ctx, func(ctx context.Context) error {
 		comp.Now = g.clock.Now()
+		comp.TimedOut, comp.Took = timedOut, max(0, comp.Now.Sub(rec.CreatedAt))
 		return g.store.Complete(ctx, comp)
 	})
 	if errors.Is(err, ErrLeaseLost) && g.recorded(ctx, comp) {

@@ -66,6 +66,11 @@ type Completion struct {
 	Note   string
 	Now    time.Time
 	Actor  string // for the audit log
+	// TimedOut says the last attempt ran into the tool's timeout; Took is
+	// the time from the claim to this completion. Both go in the audit
+	// event, for the report.
+	TimedOut bool
+	Took     time.Duration
 }
 
 // Settlement decides an in_doubt record: it happened (with its result) or
@@ -152,6 +157,8 @@ type Store interface {
 	PlanStore
 	// AuditStore keeps the audit log.
 	AuditStore
+	// FigureStore reads the rollup the sealer keeps.
+	FigureStore
 	// Migrate applies the embedded migrations.
 	Migrate(ctx context.Context) error
 	// Ping checks the database is reachable and migrated.

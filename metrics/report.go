@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -66,20 +66,49 @@ type Warning struct {
 	Message string `json:"message"`
 }
 
-// Source is what the report reads.
+// Source is what the report reads: the rollup the sealer keeps, and the
+// plans waiting now.
 type Source interface {
-	AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error)
+	Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error)
 	WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error)
+	// SealAudit seals pending events (and adds them to the rollup).
+	SealAudit(ctx context.Context, limit int) (int, error)
 }
 
-// maxEvents bounds the events read for one report.
-const maxEvents = 1_000_000
+// sealFor bounds the sealing a report does before it reads: the events
+// written just before it was asked for are counted, and a sealer far
+// behind does not hold the report up.
+const sealFor = 2 * time.Second
 
-// Compute builds the report for [now-period, now]; the previous period
-// is read for the change in the automatic approval rate.
+// sealPending seals what is pending, in pages, for at most sealFor. The
+// sealers of every process take turns, so this is safe beside them.
+func sealPending(ctx context.Context, src Source) error {
+	deadline := time.Now().Add(sealFor)
+	for time.Now().Before(deadline) {
+		n, err := src.SealAudit(ctx, 10000)
+		if err != nil || n < 10000 {
+			return err
+		}
+	}
+	return nil
+}
+
+// Compute builds the report for the whole minutes of [now-period, now]
+// from the rollup, after sealing what is pending; the period before is
+// read for the changes in repeats and in the automatic approval rate. It
+// reads a few rows per tool and minute, however many events there are.
 func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.Duration, now time.Time) (*Report, error) {
+	if err := sealPending(ctx, src); err != nil {
+		return nil, err
+	}
 	since := now.Add(-period)
-	events, err := src.AuditSince(ctx, since.Add(-period), maxEvents)
+	// The minute now is in counts (it holds the latest events).
+	until := now.Add(time.Minute)
+	cur, err := src.Figures(ctx, since, until)
+	if err != nil {
+		return nil, err
+	}
+	prev, err := src.Figures(ctx, since.Add(-period), since)
 	if err != nil {
 		return nil, err
 	}
@@ -88,120 +117,47 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 		return nil, err
 	}
 	r := &Report{Since: since, Until: now}
-	type acc struct {
-		claims, repeats, timeouts, plans, auto, prevPlans, prevAuto, prevRepeats int
-		runs                                                                     map[string]int
-		durations, waits                                                         []float64
-	}
-	by := map[string]*acc{}
-	get := func(tool string) *acc {
-		if by[tool] == nil {
-			by[tool] = &acc{runs: map[string]int{}}
-		}
-		return by[tool]
-	}
-	claimedAt := map[string]time.Time{}
-	plannedAt := map[string]time.Time{}
-	complete := map[string]bool{} // key -> the claim's events carry everything
-	claimed := map[string]bool{}
-	for _, e := range events {
-		current := !e.At.Before(since)
-		a := get(e.Tool)
-		switch e.Kind {
-		case airlock.EventClaimed:
-			if !current {
-				continue
-			}
-			a.claims++
-			if e.RunID != "" {
-				a.runs[e.RunID]++
-			}
-			claimedAt[e.Key] = e.At
-			claimed[e.Key] = true
-			complete[e.Key] = e.RunID != "" && e.Key != "" && len(e.Args) > 0
-		case airlock.EventCompleted, airlock.EventFailed, airlock.EventInDoubt:
-			if t, ok := claimedAt[e.Key]; ok && e.PlanID == "" {
-				a.durations = append(a.durations, e.At.Sub(t).Seconds())
-			}
-			if claimed[e.Key] && e.PlanID == "" {
-				complete[e.Key] = complete[e.Key] && e.RunID != "" && (len(e.Result) > 0 || e.Error != "")
-			}
-			if strings.Contains(e.Error, "deadline exceeded") || strings.Contains(strings.ToLower(e.Error), "timeout") {
-				if current {
-					a.timeouts++
-				}
-			}
-		case airlock.EventRepeat, airlock.EventConflict:
-			if current {
-				a.repeats++
-			} else {
-				a.prevRepeats++
-			}
-		case airlock.EventPlanned:
-			plannedAt[e.PlanID] = e.At
-			if current {
-				a.plans++
-			} else {
-				a.prevPlans++
-			}
-		case airlock.EventDecided:
-			auto := e.Actor == airlock.ActorSystem
-			if t, ok := plannedAt[e.PlanID]; ok && !auto && current {
-				a.waits = append(a.waits, e.At.Sub(t).Seconds())
-			}
-			if auto {
-				if current {
-					a.auto++
-				} else {
-					a.prevAuto++
-				}
-			}
-		}
-	}
 	queue := map[string]airlock.WaitingPlans{}
 	for _, w := range waiting {
 		queue[w.Tool] = w
 	}
-	total, whole := 0, 0
-	for k := range claimed {
-		total++
-		if complete[k] {
-			whole++
-		}
+	var calls, incomplete int64
+	for _, f := range cur.ByTool {
+		calls += f[airlock.FigureCalls]
+		incomplete += f[airlock.FigureIncomplete]
 	}
-	r.Calls = total
+	r.Calls = int(calls)
 	r.AuditCompleteness = 1
-	if total > 0 {
-		r.AuditCompleteness = float64(whole) / float64(total)
+	if calls > 0 {
+		r.AuditCompleteness = 1 - float64(min(incomplete, calls))/float64(calls)
 	}
 	for _, t := range m.Tools {
 		if !t.Kind.SideEffecting() {
 			continue
 		}
-		a := get(t.Name)
-		tr := ToolReport{Tool: t.Name, Kind: string(t.Kind), Calls: a.claims, Repeats: a.repeats, RepeatsPrev: a.prevRepeats, Timeouts: a.timeouts,
-			MaxCallsPerRun: t.MaxCallsPerRun, Timeout: t.TimeoutOr().Seconds(), Plans: a.plans, AutoApprovals: a.auto, QueueDepth: queue[t.Name].Depth,
+		f, p := cur.ByTool[t.Name], prev.ByTool[t.Name]
+		tr := ToolReport{Tool: t.Name, Kind: string(t.Kind),
+			Calls: int(f[airlock.FigureCalls]), Repeats: int(f[airlock.FigureRepeats]), RepeatsPrev: int(p[airlock.FigureRepeats]),
+			Timeouts: int(f[airlock.FigureTimeouts]), MaxCallsPerRun: t.MaxCallsPerRun, Timeout: t.TimeoutOr().Seconds(),
+			Plans: int(f[airlock.FigurePlans]), AutoApprovals: int(f[airlock.FigureAuto]), QueueDepth: queue[t.Name].Depth,
 			OldestWaitS: math.Round(OldestWait(queue[t.Name], now).Seconds())}
 		if t.Approval != nil {
 			tr.ExpiresAfterS = t.Approval.ExpiresAfterOr().Seconds()
 		}
-		var perRun []float64
-		for _, n := range a.runs {
-			perRun = append(perRun, float64(n))
-			tr.CallsPerRunMax = max(tr.CallsPerRunMax, n)
+		tr.CallsPerRunP50, tr.CallsPerRunMax = runQuantiles(cur.RunsByCalls[t.Name])
+		if tr.Calls > 0 {
+			tr.TimeoutRate = float64(tr.Timeouts) / float64(tr.Calls)
 		}
-		tr.CallsPerRunP50 = quantile(perRun, 0.5)
-		if a.claims > 0 {
-			tr.TimeoutRate = float64(a.timeouts) / float64(a.claims)
+		durations := buckets(f, airlock.FigureDuration)
+		tr.DurationP50s, tr.DurationP99s = bucketQuantile(durations, 0.5), bucketQuantile(durations, 0.99)
+		if tr.Plans > 0 {
+			tr.AutoRate = float64(tr.AutoApprovals) / float64(tr.Plans)
 		}
-		tr.DurationP50s, tr.DurationP99s = quantile(a.durations, 0.5), quantile(a.durations, 0.99)
-		if a.plans > 0 {
-			tr.AutoRate = float64(a.auto) / float64(a.plans)
+		if pp := p[airlock.FigurePlans]; pp > 0 {
+			tr.AutoRatePrev = float64(p[airlock.FigureAuto]) / float64(pp)
 		}
-		if a.prevPlans > 0 {
-			tr.AutoRatePrev = float64(a.prevAuto) / float64(a.prevPlans)
-		}
-		tr.ApprovalWaitP50, tr.ApprovalWaitP99 = quantile(a.waits, 0.5), quantile(a.waits, 0.99)
+		waits := buckets(f, airlock.FigureWait)
+		tr.ApprovalWaitP50, tr.ApprovalWaitP99 = bucketQuantile(waits, 0.5), bucketQuantile(waits, 0.99)
 		r.Tools = append(r.Tools, tr)
 		r.Warnings = append(r.Warnings, warnings(tr)...)
 	}
@@ -210,6 +166,63 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 			"%.1f%% of side-effecting calls have complete audit events (run id, key, arguments, result); it must be 100%%", 100*r.AuditCompleteness)})
 	}
 	return r, nil
+}
+
+// buckets picks a tool's bucket figures with the prefix: bucket -> count.
+func buckets(f map[string]int64, prefix string) map[int]int64 {
+	out := map[int]int64{}
+	for name, n := range f {
+		if b, ok := airlock.BucketOf(name, prefix); ok {
+			out[b] += n
+		}
+	}
+	return out
+}
+
+// bucketQuantile is the q-quantile of bucketed durations, in seconds: the
+// upper bound of the bucket it falls in (at most 9 % above the true value,
+// never below it), rounded to the millisecond.
+func bucketQuantile(counts map[int]int64, q float64) float64 {
+	var total int64
+	for _, n := range counts {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := int64(math.Ceil(q * float64(total)))
+	rank = max(1, min(rank, total))
+	var seen int64
+	for _, b := range slices.Sorted(maps.Keys(counts)) {
+		seen += counts[b]
+		if seen >= rank {
+			return math.Round(airlock.BucketUpper(b).Seconds()*1000) / 1000
+		}
+	}
+	return 0
+}
+
+// runQuantiles is the median and the largest number of calls per run,
+// from how many runs made each number of calls.
+func runQuantiles(runsByCalls map[int64]int64) (p50 float64, most int) {
+	var runs int64
+	for _, n := range runsByCalls {
+		runs += n
+	}
+	if runs == 0 {
+		return 0, 0
+	}
+	rank := max(1, int64(math.Ceil(0.5*float64(runs))))
+	var seen int64
+	keys := slices.Sorted(maps.Keys(runsByCalls))
+	p50 = -1
+	for _, calls := range keys {
+		seen += runsByCalls[calls]
+		if p50 < 0 && seen >= rank {
+			p50 = float64(calls)
+		}
+	}
+	return p50, int(keys[len(keys)-1])
 }
 
 func warnings(t ToolReport) []Warning {
@@ -239,16 +252,6 @@ func warnings(t ToolReport) []Warning {
 			"automatic approval rate moved from %.0f%% to %.0f%%", 100*t.AutoRatePrev, 100*t.AutoRate)})
 	}
 	return w
-}
-
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return math.Round(s[max(0, min(i, len(s)-1))]*1000) / 1000
 }
 
 // WriteText renders the report for a terminal.

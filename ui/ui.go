@@ -59,6 +59,7 @@ type Config struct {
 type Store interface {
 	ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error)
 	ListRecords(ctx context.Context, state airlock.State, limit int) ([]*airlock.Record, error)
+	AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error)
 	metrics.Source
 }
 
@@ -333,12 +334,12 @@ func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusNotFound, "signin", "Not found", nil, "No such plan.")
 		return
 	}
-	events, _ := u.cfg.Store.AuditSince(r.Context(), p.CreatedAt.Add(-time.Second), 100000)
-	var trail []*airlock.AuditEvent
-	for _, e := range events {
-		if e.PlanID == p.ID || (e.Key == p.Key && e.Key != "") {
-			trail = append(trail, e)
-		}
+	// The plan's trail, read by its id and its key (the commit record's
+	// events); a page of the first events is enough to show.
+	trail, err := u.cfg.Store.AuditTrail(r.Context(), airlock.AuditFilter{Key: p.Key, PlanID: p.ID, Limit: airlock.MaxAuditPage})
+	if err != nil {
+		u.fail(w, r, err)
+		return
 	}
 	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail}, r.URL.Query().Get("msg"))
 }
@@ -486,17 +487,12 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 		}
 		reports = append(reports, rep{p.label, rr})
 	}
-	// Calls and repeats per day over the last 7 days, per tool.
-	events, err := u.cfg.Store.AuditSince(r.Context(), time.Now().AddDate(0, 0, -7), 1_000_000)
-	if err != nil {
-		u.fail(w, r, err)
-		return
-	}
+	// Calls and repeats per day over the last 7 days, per tool, from the
+	// rollup: one query a day.
 	type series struct {
 		Tool           string
 		Calls, Repeats []int
 	}
-	days := func(t time.Time) int { return 6 - int(time.Since(t)/(24*time.Hour)) }
 	byTool := map[string]*series{}
 	var order []string
 	for _, t := range u.cfg.Manifest.Tools {
@@ -505,17 +501,17 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 			order = append(order, t.Name)
 		}
 	}
-	for _, e := range events {
-		sr := byTool[e.Tool]
-		d := days(e.At)
-		if sr == nil || d < 0 || d > 6 {
-			continue
+	now := time.Now()
+	for d := range 7 {
+		until := now.Add(time.Minute - time.Duration(6-d)*24*time.Hour)
+		f, err := u.cfg.Store.Figures(r.Context(), until.Add(-24*time.Hour), until)
+		if err != nil {
+			u.fail(w, r, err)
+			return
 		}
-		switch e.Kind {
-		case airlock.EventClaimed, airlock.EventPlanned:
-			sr.Calls[d]++
-		case airlock.EventRepeat, airlock.EventConflict:
-			sr.Repeats[d]++
+		for tool, sr := range byTool {
+			sr.Calls[d] = int(f.ByTool[tool][airlock.FigureCalls] + f.ByTool[tool][airlock.FigurePlans])
+			sr.Repeats[d] = int(f.ByTool[tool][airlock.FigureRepeats])
 		}
 	}
 	var charts []*series

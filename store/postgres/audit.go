@@ -11,17 +11,17 @@ import (
 	"github.com/airlockhq/airlock"
 )
 
-const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, prev_hash, hash`
+const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, outcome, timed_out, duration_us, prev_hash, hash`
 
 // auditWriteColumns are the columns a writer fills, in auditArgs' order
 // (for insertAudit and for COPY).
-var auditWriteColumns = []string{"at", "kind", "run_id", "key", "tool", "args", "result", "error", "actor", "plan_id", "rule", "decision_hash"}
+var auditWriteColumns = []string{"at", "kind", "run_id", "key", "tool", "args", "result", "error", "actor", "plan_id", "rule", "decision_hash", "outcome", "timed_out", "duration_us"}
 
 var insertAudit = `INSERT INTO airlock_audit (` + strings.Join(auditWriteColumns, ", ") + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 func auditArgs(e *airlock.AuditEvent) []any {
-	return []any{e.At, e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash}
+	return []any{e.At, e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash, e.Outcome, e.TimedOut, e.DurationUS}
 }
 
 // appendAudit writes events inside a transaction.
@@ -53,7 +53,7 @@ func scanAudit(row pgx.Row) (*airlock.AuditEvent, error) {
 		args, result, prev, hash *string
 	)
 	if err := row.Scan(&e.ID, &seq, &at, &e.Kind, &e.RunID, &e.Key, &e.Tool, &args, &result, &e.Error, &e.Actor,
-		&e.PlanID, &e.Rule, &e.DecisionHash, &prev, &hash); err != nil {
+		&e.PlanID, &e.Rule, &e.DecisionHash, &e.Outcome, &e.TimedOut, &e.DurationUS, &prev, &hash); err != nil {
 		return nil, err
 	}
 	e.At = at.UTC()
@@ -123,7 +123,10 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		_, err = tx.Exec(ctx, `UPDATE airlock_audit a SET seq = u.seq, prev_hash = u.prev, hash = u.hash
 			FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS u(id, seq, prev, hash)
 			WHERE a.id = u.id`, ids, seqs, prevs, hashes)
-		return err
+		if err != nil {
+			return err
+		}
+		return addRollup(ctx, tx, pending)
 	})
 	return n, err
 }
@@ -178,4 +181,99 @@ func (s *Store) firstAuditIDAt(ctx context.Context, t time.Time) (int64, error) 
 		}
 	}
 	return max(*lo, a-5000), nil
+}
+
+// addRollup adds the sealed events' figures to the rollup, in the sealing
+// transaction: each event is counted once, by the one sealer.
+func addRollup(ctx context.Context, tx pgx.Tx, sealed []*airlock.AuditEvent) error {
+	rows, runs := airlock.RollUp(sealed)
+	if len(rows) > 0 {
+		minutes, tools, figures, values := make([]int64, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
+		for i, r := range rows {
+			minutes[i], tools[i], figures[i], values[i] = r.Minute, r.Tool, r.Figure, r.Value
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO airlock_rollup (minute, tool, figure, value)
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[])
+			ON CONFLICT (minute, tool, figure) DO UPDATE SET value = airlock_rollup.value + excluded.value`,
+			minutes, tools, figures, values); err != nil {
+			return err
+		}
+	}
+	if len(runs) > 0 {
+		tools, ids, minutes, calls := make([]string, len(runs)), make([]string, len(runs)), make([]int64, len(runs)), make([]int64, len(runs))
+		for i, r := range runs {
+			tools[i], ids[i], minutes[i], calls[i] = r.Tool, r.RunID, r.Minute, r.Calls
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO airlock_run_calls (tool, run_id, minute, calls)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+			ON CONFLICT (tool, run_id) DO UPDATE SET calls = airlock_run_calls.calls + excluded.calls`,
+			tools, ids, minutes, calls); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Figures implements airlock.FigureStore.
+func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error) {
+	from, to := airlock.RollupMinute(since), airlock.RollupMinute(until)
+	f := &airlock.Figures{ByTool: map[string]map[string]int64{}, RunsByCalls: map[string]map[int64]int64{}}
+	rows, err := s.pool.Query(ctx, `SELECT tool, figure, SUM(value)::bigint FROM airlock_rollup
+		WHERE minute >= $1 AND minute < $2 GROUP BY tool, figure`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	var tool, figure string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&tool, &figure, &n}, func() error {
+		if f.ByTool[tool] == nil {
+			f.ByTool[tool] = map[string]int64{}
+		}
+		f.ByTool[tool][figure] = n
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	rows, err = s.pool.Query(ctx, `SELECT tool, calls, COUNT(*) FROM airlock_run_calls
+		WHERE minute >= $1 AND minute < $2 GROUP BY tool, calls`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	var calls int64
+	if _, err := pgx.ForEachRow(rows, []any{&tool, &calls, &n}, func() error {
+		if f.RunsByCalls[tool] == nil {
+			f.RunsByCalls[tool] = map[int64]int64{}
+		}
+		f.RunsByCalls[tool][calls] = n
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// AuditTrail implements airlock.AuditStore.
+func (s *Store) AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	switch {
+	case f.Key != "" && f.PlanID != "":
+		rows, err = s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit
+			WHERE (key = $1 OR (plan_id = $2 AND plan_id <> '')) AND id > $3 ORDER BY id LIMIT $4`, f.Key, f.PlanID, f.After, f.LimitOr())
+	case f.Key != "":
+		rows, err = s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit
+			WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3`, f.Key, f.After, f.LimitOr())
+	default:
+		rows, err = s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit
+			WHERE plan_id = $1 AND plan_id <> '' AND id > $2 ORDER BY id LIMIT $3`, f.PlanID, f.After, f.LimitOr())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAudit)
 }

@@ -193,8 +193,8 @@ func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note
 	err := s.changeAndNotify(ctx, `WITH u AS (
 			UPDATE airlock_records SET state = 'in_doubt', note = $2, owner = '', updated_at = $3
 			WHERE key = $1 AND state = 'running' AND lease_until < $3 RETURNING key, tool, run_id),
-		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, error, actor)
-			SELECT $3, 'in_doubt', run_id, key, tool, $2, 'system' FROM u)
+		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, error, actor, outcome)
+			SELECT $3, 'in_doubt', run_id, key, tool, $2, 'system', 'unknown' FROM u)
 		SELECT pg_notify('`+channel+`', key) FROM u`, key, note, now)
 	if err == airlock.ErrLeaseLost {
 		return false, nil
@@ -282,12 +282,13 @@ func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, err
 const completeSQL = `WITH u AS (
 		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
 		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters, tool, run_id),
-	a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, result, error, actor)
-		SELECT $6, $7, run_id, key, tool, $4, $5, $8 FROM u)
+	a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, result, error, actor, outcome, timed_out, duration_us)
+		SELECT $6, $7, run_id, key, tool, $4, $5, $8, $9, $10, $11 FROM u)
 	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
 
 func completeArgs(c *airlock.Completion) []any {
-	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now, airlock.CompletionEvent(c.State), airlock.ActorOr(c.Actor)}
+	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now, airlock.CompletionEvent(c.State), airlock.ActorOr(c.Actor),
+		airlock.CompletionOutcome(c.State), c.TimedOut, c.Took.Microseconds()}
 }
 
 // ListRecords implements airlock.Store.

@@ -10,13 +10,13 @@ import (
 	"github.com/airlockhq/airlock"
 )
 
-const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, prev_hash, hash`
+const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, outcome, timed_out, duration_us, prev_hash, hash`
 
-const insertAudit = `INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertAudit = `INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, outcome, timed_out, duration_us)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func auditArgs(e *airlock.AuditEvent) []any {
-	return []any{micros(e.At), e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash}
+	return []any{micros(e.At), e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash, e.Outcome, e.TimedOut, e.DurationUS}
 }
 
 type pendingKey struct{}
@@ -31,12 +31,12 @@ const eventsPerInsert = 256
 // auditInsertSQL inserts n events.
 func auditInsertSQL(n int) string {
 	var q strings.Builder
-	q.WriteString(`INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash) VALUES `)
+	q.WriteString(`INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, outcome, timed_out, duration_us) VALUES `)
 	for i := range n {
 		if i > 0 {
 			q.WriteByte(',')
 		}
-		q.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
+		q.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 	}
 	return q.String()
 }
@@ -60,7 +60,7 @@ func (p *pendingEvents) flush(ctx context.Context, s *Store, tx *sql.Tx) error {
 		}
 		chunk := p.events[:n]
 		p.events = p.events[n:]
-		args := make([]any, 0, 12*n)
+		args := make([]any, 0, 15*n)
 		for _, e := range chunk {
 			args = append(args, auditArgs(e)...)
 		}
@@ -100,7 +100,7 @@ func scanAudit(row scanner) (*airlock.AuditEvent, error) {
 		prev, hash   sql.NullString
 	)
 	if err := row.Scan(&e.ID, &seq, &at, &e.Kind, &e.RunID, &e.Key, &e.Tool, &args, &result, &e.Error, &e.Actor,
-		&e.PlanID, &e.Rule, &e.DecisionHash, &prev, &hash); err != nil {
+		&e.PlanID, &e.Rule, &e.DecisionHash, &e.Outcome, &e.TimedOut, &e.DurationUS, &prev, &hash); err != nil {
 		return nil, err
 	}
 	e.Seq, e.At, e.PrevHash, e.Hash = seq.Int64, fromMicros(at), prev.String, hash.String
@@ -148,9 +148,72 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 			}
 		}
 		n = len(pending)
-		return nil
+		return addRollup(ctx, tx, pending)
 	})
 	return n, err
+}
+
+// addRollup adds the sealed events' figures to the rollup, in the sealing
+// transaction: each event is counted once, by the one sealer.
+func addRollup(ctx context.Context, tx *sql.Tx, sealed []*airlock.AuditEvent) error {
+	rows, runs := airlock.RollUp(sealed)
+	for _, r := range rows {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_rollup (minute, tool, figure, value) VALUES (?, ?, ?, ?)
+			ON CONFLICT (minute, tool, figure) DO UPDATE SET value = value + excluded.value`, r.Minute, r.Tool, r.Figure, r.Value); err != nil {
+			return err
+		}
+	}
+	for _, r := range runs {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_run_calls (tool, run_id, minute, calls) VALUES (?, ?, ?, ?)
+			ON CONFLICT (tool, run_id) DO UPDATE SET calls = calls + excluded.calls`, r.Tool, r.RunID, r.Minute, r.Calls); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Figures implements airlock.FigureStore.
+func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error) {
+	from, to := airlock.RollupMinute(since), airlock.RollupMinute(until)
+	f := &airlock.Figures{ByTool: map[string]map[string]int64{}, RunsByCalls: map[string]map[int64]int64{}}
+	rows, err := s.read.QueryContext(ctx, `SELECT tool, figure, SUM(value) FROM airlock_rollup
+		WHERE minute >= ? AND minute < ? GROUP BY tool, figure`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tool, figure string
+		var n int64
+		if err := rows.Scan(&tool, &figure, &n); err != nil {
+			return nil, err
+		}
+		if f.ByTool[tool] == nil {
+			f.ByTool[tool] = map[string]int64{}
+		}
+		f.ByTool[tool][figure] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	runs, err := s.read.QueryContext(ctx, `SELECT tool, calls, COUNT(*) FROM airlock_run_calls
+		WHERE minute >= ? AND minute < ? GROUP BY tool, calls`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer runs.Close()
+	for runs.Next() {
+		var tool string
+		var calls, n int64
+		if err := runs.Scan(&tool, &calls, &n); err != nil {
+			return nil, err
+		}
+		if f.RunsByCalls[tool] == nil {
+			f.RunsByCalls[tool] = map[int64]int64{}
+		}
+		f.RunsByCalls[tool][calls] = n
+	}
+	return f, runs.Err()
 }
 
 // AuditLog implements airlock.AuditStore.
@@ -206,4 +269,30 @@ func (s *Store) firstAuditIDAt(ctx context.Context, t time.Time) (int64, error) 
 		}
 	}
 	return max(lo.Int64, a-5000), nil
+}
+
+// AuditTrail implements airlock.AuditStore.
+func (s *Store) AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	switch {
+	case f.Key != "" && f.PlanID != "":
+		rows, err = s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit
+			WHERE (key = ? OR (plan_id = ? AND plan_id <> '')) AND id > ? ORDER BY id LIMIT ?`, f.Key, f.PlanID, f.After, f.LimitOr())
+	case f.Key != "":
+		rows, err = s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit
+			WHERE key = ? AND id > ? ORDER BY id LIMIT ?`, f.Key, f.After, f.LimitOr())
+	default:
+		rows, err = s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit
+			WHERE plan_id = ? AND plan_id <> '' AND id > ? ORDER BY id LIMIT ?`, f.PlanID, f.After, f.LimitOr())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAudit)
 }

@@ -140,7 +140,8 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 			return err
 		}
 		return s.audit(ctx, tx, &airlock.AuditEvent{At: c.Now, Kind: airlock.CompletionEvent(c.State), RunID: run, Key: c.Key,
-			Tool: tool, Result: c.Result, Error: c.Note, Actor: airlock.ActorOr(c.Actor)})
+			Tool: tool, Result: c.Result, Error: c.Note, Actor: airlock.ActorOr(c.Actor),
+			Outcome: airlock.CompletionOutcome(c.State), TimedOut: c.TimedOut, DurationUS: c.Took.Microseconds()})
 	})
 	if err == nil && lost {
 		return airlock.ErrLeaseLost
@@ -216,7 +217,8 @@ func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note
 			return err
 		}
 		ok = true
-		return appendAudit(ctx, tx, &airlock.AuditEvent{At: now, Kind: airlock.EventInDoubt, RunID: run, Key: key, Tool: tool, Error: note, Actor: airlock.ActorSystem})
+		return appendAudit(ctx, tx, &airlock.AuditEvent{At: now, Kind: airlock.EventInDoubt, RunID: run, Key: key, Tool: tool, Error: note, Actor: airlock.ActorSystem,
+			Outcome: airlock.OutcomeTextUnknown})
 	})
 	return ok, err
 }

@@ -1,0 +1,193 @@
+package airlock
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Outcomes as completion events carry them (AuditEvent.Outcome): the
+// report counts them from this field, never from message text.
+const (
+	OutcomeTextSucceeded = "succeeded"
+	OutcomeTextFailed    = "failed"
+	OutcomeTextUnknown   = "unknown" // in doubt: the call may or may not have happened
+)
+
+// CompletionOutcome is the outcome a record's final state records.
+func CompletionOutcome(st State) string {
+	switch st {
+	case StateSucceeded:
+		return OutcomeTextSucceeded
+	case StateFailed:
+		return OutcomeTextFailed
+	}
+	return OutcomeTextUnknown
+}
+
+// Figures of the rollup, summed per tool and minute by the sealer as it
+// seals (every event is sealed once, by one sealer), so that the report
+// reads a few thousand rows for a day instead of every event.
+const (
+	FigureCalls      = "calls"      // claims: new side-effecting calls
+	FigureRepeats    = "repeats"    // repeats and conflicts answered from the first result
+	FigureSucceeded  = "succeeded"  // completions by outcome
+	FigureFailed     = "failed"     //
+	FigureUnknown    = "unknown"    //
+	FigureTimeouts   = "timeouts"   // completions whose last attempt ran into the tool's timeout
+	FigurePlans      = "plans"      // plans made
+	FigureAuto       = "auto"       // plans approved by a rule
+	FigureDecided    = "decided"    // plans decided by a person
+	FigureIncomplete = "incomplete" // claim or completion events missing run id, key, arguments or result
+	FigureDuration   = "duration_b" // + bucket: completions by duration (claim to completion)
+	FigureWait       = "wait_b"     // + bucket: decisions by a person by their wait since the plan
+	rollupBucketStep = 8            // buckets per doubling: an upper bound at most 9 % above the value
+)
+
+// RollupRow is one figure of one tool in one minute (Unix minutes).
+type RollupRow struct {
+	Minute int64
+	Tool   string
+	Figure string
+	Value  int64
+}
+
+// RunCalls counts one run's new calls of one tool; Minute is the minute of
+// the run's first call of the tool (rows add up across seals).
+type RunCalls struct {
+	Tool   string
+	RunID  string
+	Minute int64
+	Calls  int64
+}
+
+// Figures are the rollup summed over a period.
+type Figures struct {
+	// ByTool holds each tool's figures (FigureCalls, …, and the bucket
+	// figures FigureDuration+"N", FigureWait+"N").
+	ByTool map[string]map[string]int64
+	// RunsByCalls holds, per tool, how many runs (whose first call of the
+	// tool is in the period) made each number of calls.
+	RunsByCalls map[string]map[int64]int64
+}
+
+// FigureStore reads the rollup; drivers fill it as they seal.
+type FigureStore interface {
+	// Figures sums the rollup over the whole minutes in [since, until).
+	Figures(ctx context.Context, since, until time.Time) (*Figures, error)
+}
+
+// RollupMinute is the rollup minute of t.
+func RollupMinute(t time.Time) int64 { return int64(math.Floor(float64(t.Unix()) / 60)) }
+
+// DurationBucket is the rollup bucket of a duration: 8 per doubling from
+// one microsecond; 0 holds everything under it.
+func DurationBucket(d time.Duration) int {
+	us := d.Microseconds()
+	if us < 1 {
+		return 0
+	}
+	return int(math.Floor(math.Log2(float64(us))*rollupBucketStep)) + 1
+}
+
+// BucketUpper is the upper bound of a duration bucket: what the report
+// gives as a quantile that falls in it.
+func BucketUpper(b int) time.Duration {
+	if b <= 0 {
+		return time.Microsecond
+	}
+	return time.Duration(math.Exp2(float64(b)/rollupBucketStep) * float64(time.Microsecond))
+}
+
+// BucketOf reads the bucket number of a bucket figure with the prefix;
+// ok false when the figure is no such figure.
+func BucketOf(figure, prefix string) (int, bool) {
+	rest, ok := strings.CutPrefix(figure, prefix)
+	if !ok {
+		return 0, false
+	}
+	b, err := strconv.Atoi(rest)
+	return b, err == nil
+}
+
+// RollUp sums sealed events into rollup rows and per-run call counts; the
+// drivers add them to their tables in the sealing transaction.
+func RollUp(events []*AuditEvent) ([]RollupRow, []RunCalls) {
+	type cell struct {
+		minute       int64
+		tool, figure string
+	}
+	sums := map[cell]int64{}
+	type run struct{ tool, run string }
+	runs := map[run]*RunCalls{}
+	var order []cell
+	var runOrder []run
+	add := func(e *AuditEvent, figure string) {
+		c := cell{RollupMinute(e.At), e.Tool, figure}
+		if _, ok := sums[c]; !ok {
+			order = append(order, c)
+		}
+		sums[c]++
+	}
+	for _, e := range events {
+		switch e.Kind {
+		case EventClaimed:
+			add(e, FigureCalls)
+			if e.RunID == "" || e.Key == "" || len(e.Args) == 0 {
+				add(e, FigureIncomplete)
+			}
+			if e.RunID != "" {
+				k := run{e.Tool, e.RunID}
+				if r := runs[k]; r != nil {
+					r.Calls++
+				} else {
+					runs[k] = &RunCalls{Tool: e.Tool, RunID: e.RunID, Minute: RollupMinute(e.At), Calls: 1}
+					runOrder = append(runOrder, k)
+				}
+			}
+		case EventCompleted, EventFailed, EventInDoubt:
+			if e.PlanID != "" {
+				continue // a plan's own status event, not a call's completion
+			}
+			switch e.Outcome {
+			case OutcomeTextSucceeded:
+				add(e, FigureSucceeded)
+			case OutcomeTextFailed:
+				add(e, FigureFailed)
+			case OutcomeTextUnknown:
+				add(e, FigureUnknown)
+			}
+			if e.TimedOut {
+				add(e, FigureTimeouts)
+			}
+			if e.DurationUS > 0 {
+				add(e, FigureDuration+strconv.Itoa(DurationBucket(time.Duration(e.DurationUS)*time.Microsecond)))
+			}
+			if e.RunID == "" || (len(e.Result) == 0 && e.Error == "") {
+				add(e, FigureIncomplete)
+			}
+		case EventRepeat, EventConflict:
+			add(e, FigureRepeats)
+		case EventPlanned:
+			add(e, FigurePlans)
+		case EventDecided:
+			if e.Actor == ActorSystem {
+				add(e, FigureAuto)
+				continue
+			}
+			add(e, FigureDecided)
+			add(e, FigureWait+strconv.Itoa(DurationBucket(time.Duration(e.DurationUS)*time.Microsecond)))
+		}
+	}
+	rows := make([]RollupRow, 0, len(order))
+	for _, c := range order {
+		rows = append(rows, RollupRow{Minute: c.minute, Tool: c.tool, Figure: c.figure, Value: sums[c]})
+	}
+	rc := make([]RunCalls, 0, len(runOrder))
+	for _, k := range runOrder {
+		rc = append(rc, *runs[k])
+	}
+	return rows, rc
+}
