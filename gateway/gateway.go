@@ -77,6 +77,7 @@ type Config struct {
 // /v1/report computes its figures from it.
 type Store interface {
 	Ping(ctx context.Context) error
+	AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error)
 	metrics.Source
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("GET /v1/records/{key}", g.require(readers, http.HandlerFunc(g.handleRecord)))
 	mux.Handle("POST /v1/records/{key}/settle", g.require(adminOnly, http.HandlerFunc(g.handleSettle)))
 	mux.Handle("GET /v1/report", g.require(readers, http.HandlerFunc(g.handleReport)))
+	mux.Handle("GET /v1/audit", g.require(readers, http.HandlerFunc(g.handleAudit)))
 	if g.gather != nil {
 		mux.Handle("GET /metrics", g.require(adminOnly, promhttp.HandlerFor(g.gather, promhttp.HandlerOpts{})))
 	}
@@ -149,4 +151,49 @@ func (g *Gateway) handleReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// handleAudit serves a key's or a plan's audit events a page at a time:
+// ?key=…&plan_id=…&after=ID&limit=N. The answer's next_after is the cursor
+// of the next page (0: there is none).
+func (g *Gateway) handleAudit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for name := range q {
+		switch name {
+		case "key", "plan_id", "after", "limit":
+		default:
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are key, plan_id, after and limit", name))
+			return
+		}
+	}
+	f := airlock.AuditFilter{Key: q.Get("key"), PlanID: q.Get("plan_id")}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "after", "%q is not a cursor: want the next_after of the previous page", v))
+			return
+		}
+		f.After = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > airlock.MaxAuditPage {
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "limit", "%q: want a number from 1 to %d", v, airlock.MaxAuditPage))
+			return
+		}
+		f.Limit = n
+	}
+	events, err := g.store.AuditTrail(r.Context(), f)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	next := int64(0)
+	if len(events) == f.LimitOr() {
+		next = events[len(events)-1].ID
+	}
+	if events == nil {
+		events = []*airlock.AuditEvent{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": events, "next_after": next})
 }

@@ -526,6 +526,27 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	// The plan's audit trail, a page at a time, by its id; bad parameters
+	// are refused naming the parameter; an agent may not read the log.
+	status, page := apiCall(t, "GET", airlockProc.url()+"/v1/audit?plan_id="+id+"&limit=2", approverToken, "")
+	events, _ := page["events"].([]any)
+	if status != 200 || len(events) != 2 || page["next_after"] == float64(0) || events[0].(map[string]any)["kind"] != "planned" {
+		t.Fatalf("GET /v1/audit: %d %v", status, page)
+	}
+	status, rest := apiCall(t, "GET", fmt.Sprintf("%s/v1/audit?plan_id=%s&after=%.0f", airlockProc.url(), id, page["next_after"]), approverToken, "")
+	if more, _ := rest["events"].([]any); status != 200 || len(more) == 0 || more[0].(map[string]any)["id"].(float64) <= page["next_after"].(float64) {
+		t.Fatalf("the next page: %d %v", status, rest)
+	}
+	for query, field := range map[string]string{"": "key", "plan_id=" + id + "&after=x": "after", "plan_id=" + id + "&limit=1000000000": "limit", "plan_id=" + id + "&status=z": "status"} {
+		status, e := apiCall(t, "GET", airlockProc.url()+"/v1/audit?"+query, approverToken, "")
+		if body, _ := e["error"].(map[string]any); status != 400 || body["field"] != field {
+			t.Fatalf("GET /v1/audit?%s: %d %v, want 400 naming %s", query, status, e, field)
+		}
+	}
+	if status, _ := apiCall(t, "GET", airlockProc.url()+"/v1/audit?plan_id="+id, agentToken, ""); status != 403 {
+		t.Fatalf("an agent reading the audit log: %d", status)
+	}
+
 	// The report: asked of the server (--url) it is the one computed from
 	// the database (--db); an agent token may not read it.
 	var fromServer, fromDB metrics.Report

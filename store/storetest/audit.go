@@ -236,5 +236,73 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		if len(recent) < 3 || len(old) != 0 {
 			t.Fatalf("AuditSince: %d events in the last minute, %d in the future", len(recent), len(old))
 		}
+		trail, err := s.AuditTrail(context.Background(), airlock.AuditFilter{Key: a.Key})
+		must(t, err)
+		if len(trail) != 3 || trail[0].Kind != airlock.EventClaimed {
+			t.Fatalf("the key's trail: %d events", len(trail))
+		}
+		page, err := s.AuditTrail(context.Background(), airlock.AuditFilter{Key: a.Key, After: trail[0].ID, Limit: 1})
+		must(t, err)
+		if len(page) != 1 || page[0].ID != trail[1].ID {
+			t.Fatalf("a page after the first event: %+v", page)
+		}
+		for _, f := range []airlock.AuditFilter{{}, {Key: a.Key, Limit: 1_000_000_000}, {Key: a.Key, After: -1}} {
+			if _, err := s.AuditTrail(context.Background(), f); airlock.ErrorCode(err) != airlock.CodeInvalidArgument {
+				t.Fatalf("filter %+v: %v, want invalid_argument", f, err)
+			}
+		}
+	})
+
+	t.Run("CompletionsCarryTheirOutcome", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		g := airlock.NewGuard(s, nil)
+		tool := Tool("approve", "forever")
+		tool.Timeout = &airlock.Duration{Duration: 50 * time.Millisecond}
+		ok := call(tool, `{"record_id":"`+Key("OK")+`"}`, "run-1")
+		slow := call(tool, `{"record_id":"`+Key("SLOW")+`"}`, "run-1")
+		_, err := g.Do(context.Background(), ok, func(context.Context, string) airlock.Outcome {
+			time.Sleep(5 * time.Millisecond)
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
+		})
+		must(t, err)
+		a, err := g.Do(context.Background(), slow, func(ctx context.Context, _ string) airlock.Outcome {
+			<-ctx.Done() // the upstream never answers within the timeout
+			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: ctx.Err()}
+		})
+		must(t, err)
+		if a.Status != airlock.StatusInDoubt {
+			t.Fatalf("a timed-out call: %+v", a)
+		}
+		g.Close()
+		_, err = s.SealAudit(context.Background(), 100)
+		must(t, err)
+		events, err := s.AuditLog(context.Background(), 0, 100)
+		must(t, err)
+		var done []*airlock.AuditEvent
+		for _, e := range events {
+			if e.Kind == airlock.EventCompleted || e.Kind == airlock.EventInDoubt {
+				done = append(done, e)
+			}
+		}
+		if len(done) != 2 {
+			t.Fatalf("completions: %+v", done)
+		}
+		first, second := done[0], done[1]
+		if first.Outcome != airlock.OutcomeTextSucceeded || first.TimedOut || first.DurationUS < 5000 {
+			t.Errorf("a call that succeeded: %+v", first)
+		}
+		if second.Outcome != airlock.OutcomeTextUnknown || !second.TimedOut || second.DurationUS < 50000 {
+			t.Errorf("a call that timed out: %+v", second)
+		}
+		// The fields are in the chain: changing one breaks verification.
+		if first.ChainHash(first.PrevHash) != first.Hash {
+			t.Errorf("hash of a sealed completion does not verify")
+		}
+		changed := *first
+		changed.TimedOut = true
+		if changed.ChainHash(first.PrevHash) == first.Hash {
+			t.Errorf("timed_out is not covered by the chain")
+		}
 	})
 }

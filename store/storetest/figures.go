@@ -138,7 +138,7 @@ func RunFigures(t *testing.T, newStore NewStore) {
 				got, p float64
 			}{{tr.DurationP50s, 0.5}, {tr.DurationP99s, 0.99}} {
 				exact := exactQuantile(c.durations, q.p)
-				if q.got < exact-0.001 || q.got > exact*1.0905+0.001 {
+				if q.got < exact-0.001 || q.got > exact*1.0906+0.001 {
 					t.Errorf("%s p%v duration: report %v, exact %v", tr.Tool, q.p*100, q.got, exact)
 				}
 			}
