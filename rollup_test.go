@@ -63,7 +63,7 @@ func TestRollUp(t *testing.T) {
 		{minute, airlock.FigureCalls}: 2, {minute, airlock.FigureSucceeded}: 1, {minute, airlock.FigureUnknown}: 1,
 		{minute, airlock.FigureTimeouts}: 1, {minute, airlock.FigureIncomplete}: 1,
 		{minute, airlock.FigureDuration + "80"}: 1, // 1 ms: 8·log2(1000) = 79.7
-		{minute + 1, airlock.FigureRepeats}: 1, {minute, airlock.FigurePlans}: 1, {minute, airlock.FigureDecided}: 1,
+		{minute + 1, airlock.FigureRepeats}:     1, {minute, airlock.FigurePlans}: 1, {minute, airlock.FigureDecided}: 1,
 		{minute, airlock.FigureWait + "168"}: 1, // 2 s: 8·log2(2e6) = 167.4
 	}
 	if len(got) != len(want) {
