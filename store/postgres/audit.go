@@ -252,7 +252,8 @@ func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.F
 	return f, nil
 }
 
-// AuditTrail implements airlock.AuditStore.
+// AuditTrail implements airlock.AuditStore. Sealed events of a key are
+// found by airlock_audit_key, unsealed ones by airlock_audit_unsealed.
 func (s *Store) AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -264,10 +265,15 @@ func (s *Store) AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlo
 	switch {
 	case f.Key != "" && f.PlanID != "":
 		rows, err = s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit
-			WHERE (key = $1 OR (plan_id = $2 AND plan_id <> '')) AND id > $3 ORDER BY id LIMIT $4`, f.Key, f.PlanID, f.After, f.LimitOr())
+			WHERE key = $1 AND seq IS NOT NULL AND id > $3
+			UNION SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND key = $1 AND id > $3
+			UNION SELECT `+auditColumns+` FROM airlock_audit WHERE plan_id = $2 AND plan_id <> '' AND id > $3
+			ORDER BY id LIMIT $4`, f.Key, f.PlanID, f.After, f.LimitOr())
 	case f.Key != "":
 		rows, err = s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit
-			WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3`, f.Key, f.After, f.LimitOr())
+			WHERE key = $1 AND seq IS NOT NULL AND id > $2
+			UNION ALL SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND key = $1 AND id > $2
+			ORDER BY id LIMIT $3`, f.Key, f.After, f.LimitOr())
 	default:
 		rows, err = s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit
 			WHERE plan_id = $1 AND plan_id <> '' AND id > $2 ORDER BY id LIMIT $3`, f.PlanID, f.After, f.LimitOr())

@@ -271,7 +271,8 @@ func (s *Store) firstAuditIDAt(ctx context.Context, t time.Time) (int64, error) 
 	return max(lo.Int64, a-5000), nil
 }
 
-// AuditTrail implements airlock.AuditStore.
+// AuditTrail implements airlock.AuditStore. Sealed events of a key are
+// found by airlock_audit_key, unsealed ones by airlock_audit_unsealed.
 func (s *Store) AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -283,10 +284,15 @@ func (s *Store) AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlo
 	switch {
 	case f.Key != "" && f.PlanID != "":
 		rows, err = s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit
-			WHERE (key = ? OR (plan_id = ? AND plan_id <> '')) AND id > ? ORDER BY id LIMIT ?`, f.Key, f.PlanID, f.After, f.LimitOr())
+			WHERE key = ? AND seq IS NOT NULL AND id > ?
+			UNION SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND key = ? AND id > ?
+			UNION SELECT `+auditColumns+` FROM airlock_audit WHERE plan_id = ? AND plan_id <> '' AND id > ?
+			ORDER BY id LIMIT ?`, f.Key, f.After, f.Key, f.After, f.PlanID, f.After, f.LimitOr())
 	case f.Key != "":
 		rows, err = s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit
-			WHERE key = ? AND id > ? ORDER BY id LIMIT ?`, f.Key, f.After, f.LimitOr())
+			WHERE key = ? AND seq IS NOT NULL AND id > ?
+			UNION ALL SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND key = ? AND id > ?
+			ORDER BY id LIMIT ?`, f.Key, f.After, f.Key, f.After, f.LimitOr())
 	default:
 		rows, err = s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit
 			WHERE plan_id = ? AND plan_id <> '' AND id > ? ORDER BY id LIMIT ?`, f.PlanID, f.After, f.LimitOr())
