@@ -59,3 +59,4 @@ func TestAudit(t *testing.T) {
 		}
 	})
 }
+func BenchmarkReport(b *testing.B) { storetest.BenchReport(b, newStore) }

@@ -58,3 +58,4 @@ func TestAudit(t *testing.T) {
 		}
 	})
 }
+func BenchmarkReport(b *testing.B) { storetest.BenchReport(b, newStore) }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -256,4 +258,43 @@ func exactQuantile(xs []float64, q float64) float64 {
 	slices.Sort(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// BenchReport times the report of a day over a store filled with calls
+// spread over two days (AIRLOCK_BENCH_REPORT_CALLS, default 20,000; about
+// four events each), sealed and rolled up. What the report reads grows
+// with minutes and tools, not with events.
+func BenchReport(b *testing.B, newStore NewStore) {
+	n := 20000
+	if v := os.Getenv("AIRLOCK_BENCH_REPORT_CALLS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	s := newStore(b)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	const perBatch = 50000
+	for i := 0; i < n; i += perBatch {
+		events, _ := mixedEvents(now, min(perBatch, n-i), uint64(i+1))
+		for chunk := range slices.Chunk(events, 5000) {
+			if err := s.AppendAudit(ctx, chunk); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for {
+			k, err := s.SealAudit(ctx, 20000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if k == 0 {
+				break
+			}
+		}
+	}
+	m := &airlock.Manifest{Tools: []*airlock.Tool{{Name: "write_a", Kind: airlock.KindWrite}, {Name: "write_b", Kind: airlock.KindWrite}}}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := metrics.Compute(ctx, s, m, 24*time.Hour, now); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
