@@ -3,8 +3,11 @@ package airlock
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -91,10 +94,82 @@ type PlanDecision struct {
 
 // PlanFilter selects plans to list; empty fields match all.
 type PlanFilter struct {
-	Status PlanStatus
-	Tool   string
-	RunID  string
-	Limit  int // default 100
+	Status    PlanStatus
+	Tool      string
+	RunID     string
+	DecidedBy string    // who decided (a person's name, or "system")
+	Since     time.Time // created at or after; zero: no bound
+	Until     time.Time // created before; zero: no bound
+	Decided   bool      // leave out plans still awaiting approval
+	Newest    bool      // newest first; default oldest first
+	After     string    // cursor: PlanCursor of the last plan of the previous page
+	Limit     int       // 1..MaxPlanPage; 0 means DefaultPlanPage
+}
+
+// Pages of plans.
+const (
+	DefaultPlanPage = 100
+	MaxPlanPage     = 1000
+)
+
+// PlanStatuses are every status a plan can have.
+var PlanStatuses = []PlanStatus{PlanAwaitingApproval, PlanApproved, PlanRejected, PlanExpired, PlanCommitting, PlanCommitted, PlanFailed, PlanInDoubt}
+
+// Validate checks the filter; errors name the parameter.
+func (f *PlanFilter) Validate() error {
+	if f.Status != "" && !slices.Contains(PlanStatuses, f.Status) {
+		return FieldErrorf(CodeInvalidArgument, "status", "%q is not a plan status: want one of %s", f.Status, joinStatuses())
+	}
+	if f.Limit < 0 || f.Limit > MaxPlanPage {
+		return FieldErrorf(CodeInvalidArgument, "limit", "must be between 1 and %d, not %d", MaxPlanPage, f.Limit)
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return FieldErrorf(CodeInvalidArgument, "until", "must be after since")
+	}
+	if _, _, err := ParsePlanCursor(f.After); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LimitOr is the page size: Limit, or DefaultPlanPage when it is 0.
+func (f *PlanFilter) LimitOr() int {
+	if f.Limit == 0 {
+		return DefaultPlanPage
+	}
+	return f.Limit
+}
+
+func joinStatuses() string {
+	names := make([]string, len(PlanStatuses))
+	for i, s := range PlanStatuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// PlanCursor is the cursor after a plan in a list: its creation time and
+// id, the list's order. It is opaque to clients.
+func PlanCursor(p *Plan) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.CreatedAt.UnixMicro(), 10) + "." + p.ID))
+}
+
+// ParsePlanCursor reads a PlanCursor; "" is the start (zero time, no id).
+func ParsePlanCursor(c string) (time.Time, string, error) {
+	if c == "" {
+		return time.Time{}, "", nil
+	}
+	bad := FieldErrorf(CodeInvalidArgument, "after", "%q is not a cursor: want the next_after of the previous page", c)
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	at, id, ok := strings.Cut(string(b), ".")
+	us, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || id == "" || us < 0 {
+		return time.Time{}, "", bad
+	}
+	return time.UnixMicro(us).UTC(), id, nil
 }
 
 // WaitingPlans is what waits for a person for one tool: how many plans and

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock"
 )
@@ -120,26 +122,73 @@ var planStatusSchema = json.RawMessage(`{"type":"object","properties":{"plan_id"
 
 // HTTP: GET /v1/plans, GET /v1/plans/{id}, POST /v1/plans/{id}/approve|reject.
 
+// handlePlans lists plans a page at a time: ?status=&tool=&run=&approver=
+// &since=&until= (RFC 3339) &decided=true &order=oldest|newest &after=&limit=.
+// next_after in the answer is the cursor of the next page ("" at the end).
 func (g *Gateway) handlePlans(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f := airlock.PlanFilter{Status: airlock.PlanStatus(q.Get("status")), Tool: q.Get("tool"), RunID: q.Get("run")}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "limit", "want a number from 1 to 1000"))
-			return
-		}
-		f.Limit = n
+	f, err := planFilter(r.URL.Query())
+	if err != nil {
+		writeError(w, g.log, err)
+		return
 	}
 	plans, err := g.plans.List(r.Context(), f)
 	if err != nil {
 		writeError(w, g.log, err)
 		return
 	}
+	next := ""
+	if len(plans) == f.LimitOr() {
+		next = airlock.PlanCursor(plans[len(plans)-1])
+	}
 	if plans == nil {
 		plans = []*airlock.Plan{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"plans": plans})
+	writeJSON(w, http.StatusOK, map[string]any{"plans": plans, "next_after": next})
+}
+
+// planFilter reads a plan list's query parameters; errors name the one
+// that is wrong.
+func planFilter(q url.Values) (airlock.PlanFilter, error) {
+	f := airlock.PlanFilter{Status: airlock.PlanStatus(q.Get("status")), Tool: q.Get("tool"), RunID: q.Get("run"),
+		DecidedBy: q.Get("approver"), After: q.Get("after")}
+	for name := range q {
+		switch name {
+		case "status", "tool", "run", "approver", "since", "until", "decided", "order", "after", "limit":
+		default:
+			return f, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are status, tool, run, approver, since, until, decided, order, after and limit", name)
+		}
+	}
+	for name, into := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := q.Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return f, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "%q is not a time: want RFC 3339, such as 2026-12-03T00:00:00Z", v)
+			}
+			*into = t
+		}
+	}
+	switch v := q.Get("decided"); v {
+	case "", "false":
+	case "true":
+		f.Decided = true
+	default:
+		return f, airlock.FieldErrorf(airlock.CodeInvalidArgument, "decided", "%q: want true or false", v)
+	}
+	switch v := q.Get("order"); v {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		return f, airlock.FieldErrorf(airlock.CodeInvalidArgument, "order", "%q: want oldest or newest", v)
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > airlock.MaxPlanPage {
+			return f, airlock.FieldErrorf(airlock.CodeInvalidArgument, "limit", "%q: want a number from 1 to %d", v, airlock.MaxPlanPage)
+		}
+		f.Limit = n
+	}
+	return f, f.Validate()
 }
 
 func (g *Gateway) handlePlan(w http.ResponseWriter, r *http.Request) {

@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -373,40 +372,46 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 func (u *UI) history(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	filter := struct{ Tool, Status, Approver, Date string }{q.Get("tool"), q.Get("status"), q.Get("approver"), q.Get("date")}
-	offset, _ := strconv.Atoi(q.Get("offset"))
-	all, err := u.cfg.Store.ListPlans(r.Context(), airlock.PlanFilter{Tool: filter.Tool, Status: airlock.PlanStatus(filter.Status), Limit: 10000})
+	// One page from the store, newest first, after the cursor of the page
+	// before: nothing is loaded to be filtered or paged here.
+	const pageSize = 50
+	f := airlock.PlanFilter{Tool: filter.Tool, Status: airlock.PlanStatus(filter.Status), DecidedBy: filter.Approver,
+		Decided: filter.Status == "", Newest: true, After: q.Get("after"), Limit: pageSize}
+	if filter.Date != "" {
+		day, err := time.Parse("2006-01-02", filter.Date)
+		if err != nil {
+			u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, "The date must be YYYY-MM-DD.")
+			return
+		}
+		f.Since, f.Until = day, day.AddDate(0, 0, 1)
+	}
+	plans, err := u.cfg.Store.ListPlans(r.Context(), f)
+	if airlock.ErrorCode(err) == airlock.CodeInvalidArgument {
+		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, err.Error())
+		return
+	}
 	if err != nil {
 		u.fail(w, r, err)
 		return
 	}
-	var matched []*airlock.Plan
-	for i := len(all) - 1; i >= 0; i-- { // newest first
-		p := all[i]
-		if p.Status == airlock.PlanAwaitingApproval && filter.Status == "" {
-			continue
+	link := func(after string) string {
+		v := url.Values{"tool": {filter.Tool}, "status": {filter.Status}, "approver": {filter.Approver}, "date": {filter.Date}}
+		if after != "" {
+			v.Set("after", after)
 		}
-		if filter.Approver != "" && p.DecidedBy != filter.Approver {
-			continue
-		}
-		if filter.Date != "" && p.CreatedAt.Format("2006-01-02") != filter.Date {
-			continue
-		}
-		matched = append(matched, p)
-	}
-	const pageSize = 50
-	offset = max(0, min(offset, len(matched)))
-	end := min(len(matched), offset+pageSize)
-	link := func(off int) string {
-		v := url.Values{"tool": {filter.Tool}, "status": {filter.Status}, "approver": {filter.Approver}, "date": {filter.Date}, "offset": {strconv.Itoa(off)}}
 		return "/ui/history?" + v.Encode()
 	}
-	data := map[string]any{"Plans": matched[offset:end], "Filter": filter, "Tools": u.cfg.Manifest.ToolNames(),
-		"Statuses": []string{"approved", "rejected", "expired", "committing", "committed", "failed", "in_doubt", "awaiting_approval"}}
-	if offset > 0 {
-		data["Prev"] = link(max(0, offset-pageSize))
+	statuses := make([]string, 0, len(airlock.PlanStatuses))
+	for _, st := range airlock.PlanStatuses[1:] {
+		statuses = append(statuses, string(st))
 	}
-	if end < len(matched) {
-		data["Next"] = link(end)
+	data := map[string]any{"Plans": plans, "Filter": filter, "Tools": u.cfg.Manifest.ToolNames(),
+		"Statuses": append(statuses, string(airlock.PlanAwaitingApproval))}
+	if f.After != "" {
+		data["Prev"] = link("") // the newest page
+	}
+	if len(plans) == pageSize {
+		data["Next"] = link(airlock.PlanCursor(plans[len(plans)-1]))
 	}
 	u.render(w, r, http.StatusOK, "history", "History", data, "")
 }

@@ -543,6 +543,31 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 			t.Fatalf("GET /v1/audit?%s: %d %v, want 400 naming %s", query, status, e, field)
 		}
 	}
+	// Plans a page at a time, newest first, following next_after.
+	var listed []string
+	cursor := ""
+	for range 20 {
+		status, page := apiCall(t, "GET", airlockProc.url()+"/v1/plans?order=newest&limit=1&after="+cursor, approverToken, "")
+		plans, _ := page["plans"].([]any)
+		if status != 200 {
+			t.Fatalf("GET /v1/plans: %d %v", status, page)
+		}
+		for _, p := range plans {
+			listed = append(listed, p.(map[string]any)["id"].(string))
+		}
+		if cursor, _ = page["next_after"].(string); cursor == "" {
+			break
+		}
+	}
+	if status, all := apiCall(t, "GET", airlockProc.url()+"/v1/plans?order=newest", approverToken, ""); status != 200 || len(all["plans"].([]any)) != len(listed) || len(listed) < 2 {
+		t.Fatalf("paged %v; all at once %d %v", listed, status, all)
+	}
+	for query, field := range map[string]string{"status=pending": "status", "after=zz": "after", "limit=0": "limit", "order=random": "order", "since=yesterday": "since", "colour=red": "colour"} {
+		status, e := apiCall(t, "GET", airlockProc.url()+"/v1/plans?"+query, approverToken, "")
+		if body, _ := e["error"].(map[string]any); status != 400 || body["field"] != field {
+			t.Fatalf("GET /v1/plans?%s: %d %v, want 400 naming %s", query, status, e, field)
+		}
+	}
 	if status, _ := apiCall(t, "GET", airlockProc.url()+"/v1/audit?plan_id="+id, agentToken, ""); status != 403 {
 		t.Fatalf("an agent reading the audit log: %d", status)
 	}

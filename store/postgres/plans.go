@@ -92,14 +92,24 @@ func (s *Store) GetPlan(ctx context.Context, id string) (*airlock.Plan, error) {
 
 // ListPlans implements airlock.PlanStore.
 func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
 	var where []string
 	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
+	add := func(cond string, v ...any) {
+		n := make([]any, len(v))
+		for i := range v {
+			n[i] = len(args) + i + 1
+		}
+		args = append(args, v...)
+		where = append(where, fmt.Sprintf(cond, n...))
 	}
 	if f.Status != "" {
 		add("status = $%d", string(f.Status))
+	}
+	if f.Decided {
+		add("status <> 'awaiting_approval'")
 	}
 	if f.Tool != "" {
 		add("tool = $%d", f.Tool)
@@ -107,16 +117,33 @@ func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 	if f.RunID != "" {
 		add("run_id = $%d", f.RunID)
 	}
+	if f.DecidedBy != "" {
+		add("decided_by = $%d", f.DecidedBy)
+	}
+	if !f.Since.IsZero() {
+		add("created_at >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("created_at < $%d", f.Until)
+	}
+	order := "ORDER BY created_at, id"
+	if f.After != "" {
+		at, id, _ := airlock.ParsePlanCursor(f.After)
+		if f.Newest {
+			add("(created_at, id) < ($%d, $%d)", at, id)
+		} else {
+			add("(created_at, id) > ($%d, $%d)", at, id)
+		}
+	}
+	if f.Newest {
+		order = "ORDER BY created_at DESC, id DESC"
+	}
 	q := `SELECT ` + planColumns + ` FROM airlock_plans`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	args = append(args, limit)
-	q += fmt.Sprintf(" ORDER BY created_at, id LIMIT $%d", len(args))
+	args = append(args, f.LimitOr())
+	q += fmt.Sprintf(" %s LIMIT $%d", order, len(args))
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,6 +131,98 @@ func runPlans(t *testing.T, newStore NewStore) {
 		got, _ := s.GetPlan(ctx, fresh.ID)
 		if !ok || got.Status != airlock.PlanCommitted || string(got.Result) != `{"ok":true}` {
 			t.Fatalf("set status: %v %+v", ok, got)
+		}
+	})
+
+	t.Run("PagesWithCursorsAndFilters", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		// 120 plans over two tools, four statuses and two approvers; some
+		// share a creation time, so the id breaks ties.
+		var all []*airlock.Plan
+		for i := range 120 {
+			p := newPlan(Key("page"), []airlock.PlanStatus{airlock.PlanAwaitingApproval, airlock.PlanApproved, airlock.PlanRejected, airlock.PlanCommitted}[i%4],
+				now.Add(-time.Duration(i/3)*time.Minute))
+			p.Tool = []string{"tool_a", "tool_b"}[i%2]
+			if p.Status != airlock.PlanAwaitingApproval {
+				p.DecidedBy = []string{"alice", "bob"}[i%3%2]
+			}
+			stored, _, err := s.CreatePlan(ctx, p)
+			must(t, err)
+			all = append(all, stored)
+		}
+		for _, tc := range []struct {
+			name  string
+			f     airlock.PlanFilter
+			match func(*airlock.Plan) bool
+		}{
+			{"all, oldest first", airlock.PlanFilter{}, func(*airlock.Plan) bool { return true }},
+			{"newest first", airlock.PlanFilter{Newest: true}, func(*airlock.Plan) bool { return true }},
+			{"by status", airlock.PlanFilter{Status: airlock.PlanApproved}, func(p *airlock.Plan) bool { return p.Status == airlock.PlanApproved }},
+			{"by tool, decided, newest", airlock.PlanFilter{Tool: "tool_b", Decided: true, Newest: true}, func(p *airlock.Plan) bool {
+				return p.Tool == "tool_b" && p.Status != airlock.PlanAwaitingApproval
+			}},
+			{"by approver", airlock.PlanFilter{DecidedBy: "bob"}, func(p *airlock.Plan) bool { return p.DecidedBy == "bob" }},
+			{"a creation range", airlock.PlanFilter{Since: now.Add(-20 * time.Minute), Until: now.Add(-5 * time.Minute)}, func(p *airlock.Plan) bool {
+				return !p.CreatedAt.Before(now.Add(-20*time.Minute)) && p.CreatedAt.Before(now.Add(-5*time.Minute))
+			}},
+		} {
+			var want []string
+			for _, p := range all {
+				if tc.match(p) && p.Tool != "approve_withdrawal" {
+					want = append(want, p.ID)
+				}
+			}
+			byID := map[string]*airlock.Plan{}
+			for _, p := range all {
+				byID[p.ID] = p
+			}
+			slices.SortStableFunc(want, func(a, b string) int {
+				pa, pb := byID[a], byID[b]
+				c := pa.CreatedAt.Compare(pb.CreatedAt)
+				if c == 0 {
+					c = strings.Compare(pa.ID, pb.ID)
+				}
+				if tc.f.Newest {
+					return -c
+				}
+				return c
+			})
+			var got []string
+			f := tc.f
+			f.Limit = 7
+			for pages := 0; ; pages++ {
+				page, err := s.ListPlans(ctx, f)
+				must(t, err)
+				for _, p := range page {
+					if p.Tool == "tool_a" || p.Tool == "tool_b" {
+						got = append(got, p.ID)
+					}
+				}
+				if len(page) < f.Limit || pages > 100 {
+					break
+				}
+				f.After = airlock.PlanCursor(page[len(page)-1])
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: pages gave %d plans, want %d\n got %v\nwant %v", tc.name, len(got), len(want), got, want)
+			}
+		}
+		for _, tc := range []struct {
+			f     airlock.PlanFilter
+			field string
+		}{
+			{airlock.PlanFilter{Status: "pending"}, "status"},
+			{airlock.PlanFilter{Limit: 1_000_000_000}, "limit"},
+			{airlock.PlanFilter{After: "not a cursor!"}, "after"},
+			{airlock.PlanFilter{After: "MTIz"}, "after"}, // base64 of "123": no id
+			{airlock.PlanFilter{Since: now, Until: now.Add(-time.Hour)}, "until"},
+		} {
+			_, err := s.ListPlans(ctx, tc.f)
+			var e *airlock.Error
+			if !errors.As(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != tc.field {
+				t.Errorf("filter %+v: %v, want invalid_argument on %s", tc.f, err, tc.field)
+			}
 		}
 	})
 
