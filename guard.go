@@ -277,10 +277,7 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 	if err != nil {
 		return nil, err
 	}
-	args := c.Args
-	if args == nil {
-		args = emptyArgs
-	}
+	args := c.Args // nil is {}: Args' methods say so
 	hashed := args.JSON() // what the arguments' hash covers: key fields normalized
 	if normalizes(args.Value(), d.Parts.Fields) {
 		hashed = CanonicalArgs(NormalizeKeyFields(c.Tool, args.Value()))
@@ -313,13 +310,9 @@ func (g *Guard) DoKeyed(ctx context.Context, kc *KeyedCall, fn SideEffect) (*Ans
 	if kc.Key == "" {
 		return nil, FieldErrorf(CodeMissingField, "key", "the key is empty")
 	}
-	args := kc.Args
-	if args == nil {
-		args = emptyArgs
-	}
 	return g.do(ctx, &prepared{
 		tool: kc.Tool, key: kc.Key, runID: kc.RunID, windowID: "keyed",
-		args: args, hash: ArgsHash(args.JSON()), expiresAt: kc.ExpiresAt, start: g.clock.Now(),
+		args: kc.Args, hash: ArgsHash(kc.Args.JSON()), expiresAt: kc.ExpiresAt, start: g.clock.Now(),
 	}, fn)
 }
 

@@ -80,7 +80,7 @@ type FigureStore interface {
 }
 
 // RollupMinute is the rollup minute of t.
-func RollupMinute(t time.Time) int64 { return int64(math.Floor(float64(t.Unix()) / 60)) }
+func RollupMinute(t time.Time) int64 { return t.Truncate(time.Minute).Unix() / 60 }
 
 // DurationBucket is the rollup bucket of a duration: 8 per doubling from
 // one microsecond; 0 holds everything under it.

@@ -169,7 +169,7 @@ func runPlans(t *testing.T, newStore NewStore) {
 		} {
 			var want []string
 			for _, p := range all {
-				if tc.match(p) && p.Tool != "approve_withdrawal" {
+				if tc.match(p) {
 					want = append(want, p.ID)
 				}
 			}
@@ -195,9 +195,7 @@ func runPlans(t *testing.T, newStore NewStore) {
 				page, err := s.ListPlans(ctx, f)
 				must(t, err)
 				for _, p := range page {
-					if p.Tool == "tool_a" || p.Tool == "tool_b" {
-						got = append(got, p.ID)
-					}
+					got = append(got, p.ID)
 				}
 				if len(page) < f.Limit || pages > 100 {
 					break
