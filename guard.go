@@ -277,7 +277,7 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 	if err != nil {
 		return nil, err
 	}
-	args := c.Args // nil is {}: Args' methods say so
+	args := c.Args        // nil is {}: Args' methods say so
 	hashed := args.JSON() // what the arguments' hash covers: key fields normalized
 	if normalizes(args.Value(), d.Parts.Fields) {
 		hashed = CanonicalArgs(NormalizeKeyFields(c.Tool, args.Value()))
