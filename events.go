@@ -18,7 +18,9 @@ import (
 // When events come faster than the store takes them (a burst of repeats
 // served from memory), the buffer fills and the caller waits for room
 // instead of the event being lost: the answer is slower, the log complete.
-// Events are lost only when the store fails the write (the batch) or takes
+// Events are lost only when the store fails the write (a batch that fails
+// is written again event by event, so only the events that fail alone are
+// lost) or takes
 // nothing for AuditWait (the waiting event); each is counted in Dropped
 // (airlock_audit_incomplete_total).
 type eventBuffer struct {
@@ -60,12 +62,7 @@ func (b *eventBuffer) run() {
 		if len(batch) == 0 {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := b.store.AppendAudit(ctx, batch); err != nil {
-			b.lose(len(batch))
-			b.log.Warn("airlock: writing audit events", "events", len(batch), "err", err)
-		}
-		cancel()
+		b.write(batch)
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -99,6 +96,41 @@ func (b *eventBuffer) run() {
 				flush()
 			}
 		}
+	}
+}
+
+// write stores a batch in one transaction. When that fails, each event is
+// written on its own, so that one event the store refuses (or one bad
+// moment) does not take the events beside it down with it; only those
+// that fail alone are counted lost.
+func (b *eventBuffer) write(batch []*AuditEvent) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := b.store.AppendAudit(ctx, batch)
+	cancel()
+	if err == nil {
+		return
+	}
+	if len(batch) == 1 {
+		b.lose(1)
+		b.log.Warn("airlock: writing an audit event", "kind", batch[0].Kind, "err", err)
+		return
+	}
+	b.log.Warn("airlock: writing audit events; writing them one by one", "events", len(batch), "err", err)
+	// One budget for all of them: a store that is down must not hold the
+	// buffer for a timeout per event.
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lost := 0
+	var last error
+	for _, e := range batch {
+		if err := b.store.AppendAudit(ctx, []*AuditEvent{e}); err != nil {
+			lost++
+			last = err
+		}
+	}
+	if lost > 0 {
+		b.lose(lost)
+		b.log.Warn("airlock: audit events lost", "events", lost, "err", last)
 	}
 }
 

@@ -150,7 +150,10 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		// none is lost. The buffer here is tiny, so that it is full all
 		// the time.
 		s := newStore(t)
-		g := airlock.NewGuard(s, &airlock.GuardConfig{AuditBuffer: 8})
+		// AuditWait is long: a loaded machine (the race detector on two
+		// cores) may stall one write for longer than the default second,
+		// and what is tested here is that callers wait, not for how long.
+		g := airlock.NewGuard(s, &airlock.GuardConfig{AuditBuffer: 8, AuditWait: time.Minute})
 		tool := Tool("approve", "forever")
 		prefix := Key("WD")
 		const keys, callers, repeatsEach = 10, 16, 250
