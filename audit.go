@@ -109,6 +109,24 @@ type AuditStore interface {
 	// included), with id > f.After in id order, up to f.Limit. An index
 	// serves each; a filter with neither is refused.
 	AuditTrail(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
+	// AuditAnchor returns where the kept chain begins: the zero anchor
+	// until events are purged.
+	AuditAnchor(ctx context.Context) (AuditAnchor, error)
+	// PurgeAudit deletes sealed events with Seq <= through, oldest first, at
+	// most limit of them, and moves the anchor to the last one deleted, in
+	// one transaction; it returns how many it deleted. Unsealed events are
+	// never deleted.
+	PurgeAudit(ctx context.Context, through int64, limit int) (int, error)
+}
+
+// AuditAnchor records the end of the purged prefix of the chain: the
+// sequence number and hash of the last event deleted, so that the chain
+// stays verifiable from the first event kept (its PrevHash must be Hash).
+type AuditAnchor struct {
+	Seq    int64     `json:"seq"`              // last purged event's seq; 0: nothing purged
+	Hash   string    `json:"hash,omitempty"`   // its hash
+	At     time.Time `json:"at,omitzero"`      // its time
+	Purged int64     `json:"purged,omitempty"` // events purged in all
 }
 
 // AuditFilter selects audit events by key and/or plan, after a cursor (the

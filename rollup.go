@@ -77,6 +77,9 @@ type Figures struct {
 type FigureStore interface {
 	// Figures sums the rollup over the whole minutes in [since, until).
 	Figures(ctx context.Context, since, until time.Time) (*Figures, error)
+	// PurgeFigures deletes up to limit rollup rows (and runs' call counts)
+	// of minutes before before's, oldest first, and returns how many.
+	PurgeFigures(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // RollupMinute is the rollup minute of t.

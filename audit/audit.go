@@ -4,6 +4,11 @@
 // and chains each event's hash to the previous one, afterwards and in one
 // place, so the hot path never waits on the chain. Verify walks the chain
 // and names the first event that was edited, deleted, inserted or moved.
+//
+// Retention removes a prefix of the chain (Purge), after it has been
+// archived (Export, to JSON lines that VerifyExport checks on their own);
+// an anchor row keeps the hash the purged prefix ended with, so the chain
+// stays verifiable from the first event kept.
 package audit
 
 import (
@@ -12,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -31,40 +37,63 @@ type Report struct {
 	Unsealed int      `json:"unsealed"` // events written but not sealed yet
 	OK       bool     `json:"ok"`
 	Problem  *Problem `json:"problem,omitempty"`
+	// Anchor is where the kept chain begins when retention has purged a
+	// prefix of it (omitted when nothing was purged).
+	Anchor *airlock.AuditAnchor `json:"anchor,omitempty"`
 }
 
 const page = 1000
 
-// Verify checks the whole chain.
+// chain checks events one after another from a starting point.
+type chain struct {
+	r        *Report
+	prevSeq  int64
+	prevHash string
+}
+
+// next checks e against the event before it; false at the first break.
+func (c *chain) next(e *airlock.AuditEvent) bool {
+	switch {
+	case e.Seq != c.prevSeq+1:
+		c.r.Problem = &Problem{Seq: c.prevSeq + 1, Kind: "deleted", Message: fmt.Sprintf(
+			"event %d is missing (the chain jumps from %d to %d): deleted", c.prevSeq+1, c.prevSeq, e.Seq)}
+	case e.PrevHash != c.prevHash:
+		c.r.Problem = &Problem{Seq: e.Seq, ID: e.ID, Kind: "inserted_or_reordered", Message: fmt.Sprintf(
+			"event %d (id %d, %s) does not follow event %d: inserted or reordered", e.Seq, e.ID, e.Kind, c.prevSeq)}
+	case e.ChainHash(c.prevHash) != e.Hash:
+		c.r.Problem = &Problem{Seq: e.Seq, ID: e.ID, Kind: "edited", Message: fmt.Sprintf(
+			"event %d (id %d, %s) does not match its hash: edited", e.Seq, e.ID, e.Kind)}
+	}
+	if c.r.Problem != nil {
+		c.r.OK = false
+		return false
+	}
+	c.r.Events++
+	c.prevSeq, c.prevHash = e.Seq, e.Hash
+	return true
+}
+
+// Verify checks the whole chain, from the anchor of the purged prefix when
+// retention has purged one (the first kept event must follow it).
 func Verify(ctx context.Context, s airlock.AuditStore) (*Report, error) {
 	r := &Report{OK: true}
-	var prevSeq int64
-	prevHash := ""
+	anchor, err := s.AuditAnchor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if anchor.Seq > 0 {
+		r.Anchor = &anchor
+	}
+	c := &chain{r: r, prevSeq: anchor.Seq, prevHash: anchor.Hash}
 	for {
-		events, err := s.AuditLog(ctx, prevSeq, page)
+		events, err := s.AuditLog(ctx, c.prevSeq, page)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range events {
-			switch {
-			case e.Seq != prevSeq+1:
-				r.OK = false
-				r.Problem = &Problem{Seq: prevSeq + 1, Kind: "deleted", Message: fmt.Sprintf(
-					"event %d is missing (the chain jumps from %d to %d): deleted", prevSeq+1, prevSeq, e.Seq)}
-			case e.PrevHash != prevHash:
-				r.OK = false
-				r.Problem = &Problem{Seq: e.Seq, ID: e.ID, Kind: "inserted_or_reordered", Message: fmt.Sprintf(
-					"event %d (id %d, %s) does not follow event %d: inserted or reordered", e.Seq, e.ID, e.Kind, prevSeq)}
-			case e.ChainHash(prevHash) != e.Hash:
-				r.OK = false
-				r.Problem = &Problem{Seq: e.Seq, ID: e.ID, Kind: "edited", Message: fmt.Sprintf(
-					"event %d (id %d, %s) does not match its hash: edited", e.Seq, e.ID, e.Kind)}
-			}
-			if !r.OK {
+			if !c.next(e) {
 				return r, nil
 			}
-			r.Events++
-			prevSeq, prevHash = e.Seq, e.Hash
 		}
 		if len(events) < page {
 			break
@@ -78,31 +107,200 @@ func Verify(ctx context.Context, s airlock.AuditStore) (*Report, error) {
 	return r, nil
 }
 
-// Export writes sealed events at or after since as JSON lines.
-func Export(ctx context.Context, s airlock.AuditStore, since time.Time, w io.Writer) (int, error) {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	var after int64
-	n := 0
-	for {
-		events, err := s.AuditLog(ctx, after, page)
-		if err != nil {
-			return n, err
+// VerifyExport checks the chain of an export (JSON lines as Export writes
+// them): each event follows the one before it and matches its hash. The
+// first event is taken as it is — its predecessor is in an earlier export
+// or purged (Report.Anchor then says where the file begins).
+func VerifyExport(r io.Reader) (*Report, error) {
+	rep := &Report{OK: true}
+	dec := json.NewDecoder(r)
+	var c *chain
+	for line := 1; ; line++ {
+		var e airlock.AuditEvent
+		if err := dec.Decode(&e); err == io.EOF {
+			return rep, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("event %d of the export: %w", line, err)
 		}
-		for _, e := range events {
-			after = e.Seq
-			if e.At.Before(since) {
-				continue
-			}
-			if err := enc.Encode(e); err != nil {
-				return n, err
-			}
-			n++
+		if c == nil {
+			rep.Anchor = &airlock.AuditAnchor{Seq: e.Seq - 1, Hash: e.PrevHash}
+			c = &chain{r: rep, prevSeq: e.Seq - 1, prevHash: e.PrevHash}
 		}
-		if len(events) < page {
-			return n, nil
+		if !c.next(&e) {
+			return rep, nil
 		}
 	}
+}
+
+// SeqAt returns the sequence number of the first sealed event at or after
+// t, found by a binary search over sequence numbers (events are sealed in
+// about the order they were written, so their times rise with their
+// numbers; events committed out of time order by clock skew between
+// replicas fall on either side). When no sealed event is at or after t it
+// returns the number the next event will be sealed with.
+func SeqAt(ctx context.Context, s airlock.AuditStore, t time.Time) (int64, error) {
+	anchor, err := s.AuditAnchor(ctx)
+	if err != nil {
+		return 0, err
+	}
+	first, err := s.AuditLog(ctx, anchor.Seq, 1)
+	if err != nil || len(first) == 0 {
+		return anchor.Seq + 1, err
+	}
+	lo, hi := first[0].Seq, first[0].Seq
+	if !first[0].At.Before(t) {
+		return lo, nil
+	}
+	// The last sealed event: grow the upper bound until past the end.
+	step := int64(page)
+	for {
+		ev, err := s.AuditLog(ctx, hi+step-1, 1)
+		if err != nil {
+			return 0, err
+		}
+		if len(ev) == 0 {
+			hi += step
+			break
+		}
+		if !ev[0].At.Before(t) {
+			hi = ev[0].Seq
+			break
+		}
+		lo, hi = ev[0].Seq, ev[0].Seq
+		step *= 2
+	}
+	// Invariant: the event at lo is before t; the answer is in (lo, hi].
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ev, err := s.AuditLog(ctx, mid-1, 1)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case len(ev) == 0:
+			hi = mid
+		case ev[0].At.Before(t):
+			lo = ev[0].Seq
+		default:
+			hi = ev[0].Seq
+		}
+	}
+	return hi, nil
+}
+
+// Range is the part of the chain an export or a purge covers: sealed
+// events with From <= Seq < To.
+type Range struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// RangeOf maps a period to sequence numbers: from the first sealed event
+// at or after since (zero: the first kept) to the first at or after until
+// (zero: past the last sealed). Consecutive periods map to consecutive
+// ranges, so exports of one day after another cover the chain once, and
+// `purge --before T` removes exactly what `export --until T` ended with.
+func RangeOf(ctx context.Context, s airlock.AuditStore, since, until time.Time) (Range, error) {
+	var r Range
+	var err error
+	if since.IsZero() {
+		var a airlock.AuditAnchor
+		a, err = s.AuditAnchor(ctx)
+		r.From = a.Seq + 1
+	} else {
+		r.From, err = SeqAt(ctx, s, since)
+	}
+	if err != nil {
+		return r, err
+	}
+	if until.IsZero() {
+		r.To = math.MaxInt64
+	} else if r.To, err = SeqAt(ctx, s, until); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// ExportStats says what an export wrote.
+type ExportStats struct {
+	Events   int64  `json:"events"`
+	FirstSeq int64  `json:"first_seq,omitempty"`
+	LastSeq  int64  `json:"last_seq,omitempty"`
+	PrevHash string `json:"prev_hash,omitempty"` // the hash the first event follows
+	LastHash string `json:"last_hash,omitempty"` // the last event's hash
+}
+
+// Export writes the sealed events of [since, until) (RangeOf; zero times
+// leave that end open) as JSON lines, in chain order.
+func Export(ctx context.Context, s airlock.AuditStore, since, until time.Time, w io.Writer) (*ExportStats, error) {
+	rg, err := RangeOf(ctx, s, since, until)
+	if err != nil {
+		return nil, err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	st := &ExportStats{}
+	after := rg.From - 1
+	for after+1 < rg.To {
+		events, err := s.AuditLog(ctx, after, page)
+		if err != nil {
+			return st, err
+		}
+		for _, e := range events {
+			if e.Seq >= rg.To {
+				return st, nil
+			}
+			after = e.Seq
+			if err := enc.Encode(e); err != nil {
+				return st, err
+			}
+			if st.Events == 0 {
+				st.FirstSeq, st.PrevHash = e.Seq, e.PrevHash
+			}
+			st.Events++
+			st.LastSeq, st.LastHash = e.Seq, e.Hash
+		}
+		if len(events) < page {
+			break
+		}
+	}
+	return st, nil
+}
+
+// PurgeStats says what a purge removed.
+type PurgeStats struct {
+	Events  int                 `json:"events"`
+	Batches int                 `json:"batches"`
+	Anchor  airlock.AuditAnchor `json:"anchor"`
+}
+
+// Purge deletes the sealed events before before (the prefix of the chain
+// RangeOf ends there) in batches of batch events, each its own short
+// transaction, and moves the anchor with each batch.
+func Purge(ctx context.Context, s airlock.AuditStore, before time.Time, batch int) (*PurgeStats, error) {
+	if batch <= 0 {
+		batch = page
+	}
+	through, err := SeqAt(ctx, s, before)
+	if err != nil {
+		return nil, err
+	}
+	st := &PurgeStats{}
+	for {
+		n, err := s.PurgeAudit(ctx, through-1, batch)
+		st.Events += n
+		if n > 0 {
+			st.Batches++
+		}
+		if err != nil {
+			return st, err
+		}
+		if n < batch {
+			break
+		}
+	}
+	st.Anchor, err = s.AuditAnchor(ctx)
+	return st, err
 }
 
 // SealPending seals every event written so far, page by page, and returns

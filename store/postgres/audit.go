@@ -87,7 +87,12 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		}
 		var lastSeq int64
 		var lastHash string
+		// The chain continues from the last sealed event or, when retention
+		// has purged every one, from the anchor.
 		err := tx.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash)
+		if isNoRows(err) {
+			err = tx.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&lastSeq, &lastHash)
+		}
 		if err != nil && !isNoRows(err) {
 			return err
 		}
@@ -129,6 +134,70 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		return addRollup(ctx, tx, pending)
 	})
 	return n, err
+}
+
+// AuditAnchor implements airlock.AuditStore.
+func (s *Store) AuditAnchor(ctx context.Context) (airlock.AuditAnchor, error) {
+	var a airlock.AuditAnchor
+	err := s.pool.QueryRow(ctx, `SELECT seq, hash, at, purged FROM airlock_audit_anchor WHERE id = 1`).Scan(&a.Seq, &a.Hash, &a.At, &a.Purged)
+	if isNoRows(err) {
+		return a, nil
+	}
+	return a, err
+}
+
+// PurgeAudit implements airlock.AuditStore. It takes the sealers' lock, so
+// a sealer never continues a chain whose end is being deleted.
+func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, auditLock); err != nil {
+			return err
+		}
+		var (
+			seq  int64
+			hash string
+			at   time.Time
+		)
+		err := tx.QueryRow(ctx, `WITH d AS (
+				DELETE FROM airlock_audit WHERE seq IN (
+					SELECT seq FROM airlock_audit WHERE seq IS NOT NULL AND seq <= $1 ORDER BY seq LIMIT $2)
+				RETURNING seq, hash, at),
+			last AS (SELECT seq, hash, at FROM d ORDER BY seq DESC LIMIT 1)
+			SELECT last.seq, last.hash, last.at, (SELECT COUNT(*) FROM d) FROM last`, through, limit).Scan(&seq, &hash, &at, &n)
+		if isNoRows(err) {
+			n = 0
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO airlock_audit_anchor (id, seq, hash, at, purged) VALUES (1, $1, $2, $3, $4)
+			ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, at = excluded.at,
+				purged = airlock_audit_anchor.purged + excluded.purged`, seq, hash, at, n)
+		return err
+	})
+	return n, err
+}
+
+// PurgeFigures implements airlock.FigureStore.
+func (s *Store) PurgeFigures(ctx context.Context, before time.Time, limit int) (int, error) {
+	minute := airlock.RollupMinute(before)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM airlock_rollup WHERE (minute, tool, figure) IN (
+		SELECT minute, tool, figure FROM airlock_rollup WHERE minute < $1 ORDER BY minute LIMIT $2)`, minute, limit)
+	if err != nil {
+		return 0, err
+	}
+	n := int(tag.RowsAffected())
+	if n >= limit {
+		return n, nil
+	}
+	tag, err = s.pool.Exec(ctx, `DELETE FROM airlock_run_calls WHERE (tool, run_id) IN (
+		SELECT tool, run_id FROM airlock_run_calls WHERE minute < $1 ORDER BY minute LIMIT $2)`, minute, limit-n)
+	if err != nil {
+		return n, err
+	}
+	return n + int(tag.RowsAffected()), nil
 }
 
 // AuditLog implements airlock.AuditStore.

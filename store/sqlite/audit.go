@@ -120,7 +120,12 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
 		var lastSeq int64
 		var lastHash string
+		// The chain continues from the last sealed event or, when retention
+		// has purged every one, from the anchor.
 		err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash)
+		if err == sql.ErrNoRows {
+			err = tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&lastSeq, &lastHash)
+		}
 		if err != nil && err != sql.ErrNoRows {
 			return err
 		}
@@ -149,6 +154,78 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		}
 		n = len(pending)
 		return addRollup(ctx, tx, pending)
+	})
+	return n, err
+}
+
+// AuditAnchor implements airlock.AuditStore.
+func (s *Store) AuditAnchor(ctx context.Context) (airlock.AuditAnchor, error) {
+	var a airlock.AuditAnchor
+	var at int64
+	err := s.read.QueryRowContext(ctx, `SELECT seq, hash, at, purged FROM airlock_audit_anchor WHERE id = 1`).Scan(&a.Seq, &a.Hash, &at, &a.Purged)
+	if err == sql.ErrNoRows {
+		return a, nil
+	}
+	a.At = fromMicros(at)
+	return a, err
+}
+
+// PurgeAudit implements airlock.AuditStore. The writer's transaction is
+// exclusive, so the sealer never sees the chain half purged.
+func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, error) {
+	var n int
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		var last struct {
+			seq  int64
+			hash string
+			at   int64
+		}
+		err := tx.QueryRowContext(ctx, `SELECT seq, hash, at FROM airlock_audit WHERE seq IS NOT NULL AND seq <= ? ORDER BY seq LIMIT 1 OFFSET ?`,
+			through, limit-1).Scan(&last.seq, &last.hash, &last.at)
+		if err == sql.ErrNoRows {
+			err = tx.QueryRowContext(ctx, `SELECT seq, hash, at FROM airlock_audit WHERE seq IS NOT NULL AND seq <= ? ORDER BY seq DESC LIMIT 1`,
+				through).Scan(&last.seq, &last.hash, &last.at)
+		}
+		if err == sql.ErrNoRows {
+			return nil // nothing sealed up to through
+		}
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_audit WHERE seq IS NOT NULL AND seq <= ?`, last.seq)
+		if err != nil {
+			return err
+		}
+		n = int(rowsAffected(res))
+		_, err = tx.ExecContext(ctx, `INSERT INTO airlock_audit_anchor (id, seq, hash, at, purged) VALUES (1, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, at = excluded.at, purged = purged + excluded.purged`,
+			last.seq, last.hash, last.at, n)
+		return err
+	})
+	return n, err
+}
+
+// PurgeFigures implements airlock.FigureStore.
+func (s *Store) PurgeFigures(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		minute := airlock.RollupMinute(before)
+		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_rollup WHERE (minute, tool, figure) IN (
+			SELECT minute, tool, figure FROM airlock_rollup WHERE minute < ? ORDER BY minute LIMIT ?)`, minute, limit)
+		if err != nil {
+			return err
+		}
+		n = int(rowsAffected(res))
+		if n >= limit {
+			return nil
+		}
+		res, err = tx.ExecContext(ctx, `DELETE FROM airlock_run_calls WHERE (tool, run_id) IN (
+			SELECT tool, run_id FROM airlock_run_calls WHERE minute < ? ORDER BY minute LIMIT ?)`, minute, limit-n)
+		if err != nil {
+			return err
+		}
+		n += int(rowsAffected(res))
+		return nil
 	})
 	return n, err
 }

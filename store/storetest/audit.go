@@ -15,7 +15,8 @@ import (
 // Exec runs raw SQL against a store's database, to tamper with the log.
 type Exec func(t testing.TB, s airlock.Store, query string)
 
-// RunAudit checks sealing, verification and tamper detection.
+// RunAudit checks sealing, verification and tamper detection, and the
+// log's archive and purge (RunRetention).
 func RunAudit(t *testing.T, newStore NewStore, exec Exec) {
 	ctx := context.Background()
 	fill := func(t *testing.T, s airlock.Store, n int) {
@@ -81,6 +82,7 @@ func RunAudit(t *testing.T, newStore NewStore, exec Exec) {
 			}
 		})
 	}
+	t.Run("Retention", func(t *testing.T) { t.Parallel(); RunRetention(t, newStore, exec) })
 }
 
 // RunAuditEvents checks that state changes write their events.
