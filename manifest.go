@@ -41,6 +41,8 @@ type Manifest struct {
 	Tools     []*Tool             `yaml:"tools" json:"tools"`
 	// Notify says where to announce plans that wait for a person.
 	Notify Notify `yaml:"notify" json:"notify,omitempty"`
+	// Retention says how long records, audit events and figures are kept.
+	Retention Retention `yaml:"retention" json:"retention,omitzero"`
 
 	// Source is the file the manifest came from, for messages; set by the loader.
 	Source string `yaml:"-" json:"-"`
@@ -65,6 +67,64 @@ type Notify struct {
 	// Webhook receives a JSON POST (with a Slack-compatible "text" field)
 	// when a plan waits for a person. Default: none.
 	Webhook string `yaml:"webhook" json:"webhook,omitempty"`
+}
+
+// Retention says how long airlock keeps what it writes; purges run in the
+// background in short batches (docs/operations.md, "Retention").
+type Retention struct {
+	// Records: how long a completed record stays after its window ends
+	// (run windows: after the call); a repeat within it gets the first
+	// result. Forever windows are kept. Default 7d.
+	Records *Duration `yaml:"records" json:"records,omitempty"`
+	// Audit: how long sealed audit events are kept; older ones are purged
+	// and the chain stays verifiable from an anchor. Archive them first
+	// with `airlock audit export --until`. Default: kept forever. At least 1d.
+	Audit *Duration `yaml:"audit" json:"audit,omitempty"`
+	// Figures: how long the per-minute rollup behind the report and the
+	// page's figures is kept. Default 400d. At least 1d.
+	Figures *Duration `yaml:"figures" json:"figures,omitempty"`
+}
+
+// Default retention.
+const (
+	DefaultRecordRetention = 7 * 24 * time.Hour
+	DefaultFigureRetention = 400 * 24 * time.Hour
+)
+
+// RecordsOr returns the records' retention, DefaultRecordRetention when unset.
+func (r *Retention) RecordsOr() time.Duration { return durOr(r.Records, DefaultRecordRetention) }
+
+// AuditOr returns the audit log's retention; 0 (unset) keeps events forever.
+func (r *Retention) AuditOr() time.Duration { return durOr(r.Audit, 0) }
+
+// FiguresOr returns the rollup's retention, DefaultFigureRetention when unset.
+func (r *Retention) FiguresOr() time.Duration { return durOr(r.Figures, DefaultFigureRetention) }
+
+func (r *Retention) validate(v *validator) {
+	for _, f := range []struct {
+		path string
+		d    *Duration
+		min  time.Duration
+	}{
+		{"retention.records", r.Records, time.Minute},
+		{"retention.audit", r.Audit, 24 * time.Hour},
+		{"retention.figures", r.Figures, 24 * time.Hour},
+	} {
+		switch {
+		case f.d == nil:
+		case f.d.err != nil:
+			v.add(f.path, "%v", f.d.err)
+		case f.d.Duration < f.min:
+			v.add(f.path, "must be at least %s, not %s", fmtDays(f.min), f.d.Duration)
+		}
+	}
+}
+
+func fmtDays(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
 }
 
 // Auth lists the bearer tokens the server accepts.
@@ -286,6 +346,7 @@ func (m *Manifest) Validate() error {
 	}
 	m.Calendar.validate(v)
 	m.Auth.validate(v)
+	m.Retention.validate(v)
 	if m.Notify.Webhook != "" {
 		if pu, err := url.Parse(m.Notify.Webhook); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 			v.add("notify.webhook", "%q is not an http(s) URL", m.Notify.Webhook)

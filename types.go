@@ -22,14 +22,30 @@ func NewDuration(d time.Duration) Duration { return Duration{Duration: d} }
 // UnmarshalText implements encoding.TextUnmarshaler; it never fails (see Duration).
 func (d *Duration) UnmarshalText(b []byte) error {
 	d.raw = string(b)
-	d.Duration, d.err = time.ParseDuration(strings.TrimSpace(d.raw))
+	d.Duration, d.err = parseDuration(strings.TrimSpace(d.raw))
 	if d.err == nil && d.Duration < 0 {
 		d.err = fmt.Errorf("must not be negative")
 	}
 	if d.err != nil {
-		d.err = fmt.Errorf("%q is not a duration: want a positive Go duration such as 30s, 10m or 24h", d.raw)
+		d.err = fmt.Errorf("%q is not a duration: want a positive duration such as 30s, 10m, 24h or 90d", d.raw)
 	}
 	return nil
+}
+
+// Err is why the text did not parse as a duration, or nil.
+func (d *Duration) Err() error { return d.err }
+
+// parseDuration reads a Go duration, or a whole number of days ("90d"),
+// the unit retention is thought of in.
+func parseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 32)
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }
 
 // MarshalText implements encoding.TextMarshaler.

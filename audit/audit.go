@@ -344,3 +344,82 @@ func RunSealer(ctx context.Context, s airlock.AuditStore, every time.Duration, l
 		}
 	}
 }
+
+// RetentionStore is what RunRetention purges: the log and its rollup.
+type RetentionStore interface {
+	airlock.AuditStore
+	airlock.FigureStore
+}
+
+// Retention configures RunRetention; zero fields take their defaults.
+type Retention struct {
+	// Audit is how long sealed events are kept. Default 0: forever.
+	Audit time.Duration
+	// Figures is how long the rollup is kept. Default 0: forever.
+	Figures time.Duration
+	// Every is how often a pass runs. Default 1m.
+	Every time.Duration
+	// Batch is how many rows one transaction deletes. Default 1000.
+	Batch int
+	// Logger reports failed passes. Default: none.
+	Logger *slog.Logger
+	// Purged, when set, is told what each pass removed.
+	Purged func(events, figureRows int)
+}
+
+// RunRetention purges audit events and rollup rows past their retention
+// every cfg.Every until ctx ends, each in short batches (the purge never
+// holds a long lock; several replicas may run it at once).
+func RunRetention(ctx context.Context, s RetentionStore, cfg Retention) {
+	if cfg.Audit <= 0 && cfg.Figures <= 0 {
+		return
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = time.Minute
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = page
+	}
+	t := time.NewTicker(cfg.Every)
+	defer t.Stop()
+	for {
+		events, rows, err := RetentionPass(ctx, s, time.Now(), cfg)
+		if cfg.Purged != nil && (events > 0 || rows > 0) {
+			cfg.Purged(events, rows)
+		}
+		if err != nil && ctx.Err() == nil && cfg.Logger != nil {
+			cfg.Logger.Warn("airlock: retention purge", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RetentionPass is one pass of RunRetention at now.
+func RetentionPass(ctx context.Context, s RetentionStore, now time.Time, cfg Retention) (events, figureRows int, err error) {
+	if cfg.Batch <= 0 {
+		cfg.Batch = page
+	}
+	if cfg.Audit > 0 {
+		st, err := Purge(ctx, s, now.Add(-cfg.Audit), cfg.Batch)
+		if st != nil {
+			events = st.Events
+		}
+		if err != nil {
+			return events, 0, err
+		}
+	}
+	if cfg.Figures > 0 {
+		for {
+			n, err := s.PurgeFigures(ctx, now.Add(-cfg.Figures), cfg.Batch)
+			figureRows += n
+			if err != nil || n < cfg.Batch {
+				return events, figureRows, err
+			}
+		}
+	}
+	return events, figureRows, nil
+}

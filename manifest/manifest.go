@@ -138,7 +138,9 @@ var (
 
 // typeNames says in words what each Go type is in the file.
 var typeNames = map[string]string{
-	"airlock.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools)",
+	"airlock.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools, notify, retention)",
+	"airlock.Retention":   "retention (records, audit, figures)",
+	"airlock.Notify":      "notify (webhook)",
 	"airlock.Calendar":    "calendar (timezone, cutoff, holidays)",
 	"airlock.Auth":        "auth (tokens)",
 	"airlock.TokenSpec":   "a token (name, role, sha256, env)",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
@@ -81,6 +82,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{"YAML syntax"}},
 		{"missing window", "    window: business_day\n", "", "test.yaml:7:5",
 			[]string{"tools[1].window", "required"}},
+		{"bad retention", "tools:\n", "retention: {audit: ninety days}\ntools:\n", "test.yaml:3:",
+			[]string{"retention.audit", "ninety days", "90d"}},
+		{"retention too short", "tools:\n", "retention: {audit: 2h}\ntools:\n", "test.yaml:3:",
+			[]string{"retention.audit", "at least 1d", "2h0m0s"}},
+		{"zero record retention", "tools:\n", "retention: {records: 0d}\ntools:\n", "test.yaml:3:",
+			[]string{"retention.records", "at least 1m0s"}},
+		{"unknown retention field", "tools:\n", "retention: {events: 30d}\ntools:\n", "test.yaml:3:",
+			[]string{`unknown field "events"`, "retention (records, audit, figures)"}},
 		{"bad on_mismatch", "    window: business_day\n", "    window: business_day\n    on_mismatch: ignore\n", "test.yaml:12:18",
 			[]string{"on_mismatch", "replay or reject"}},
 	} {
@@ -120,6 +129,16 @@ func TestParseGood(t *testing.T) {
 	}
 	if got := m.Tool("approve_withdrawal").OnMismatch; got != airlock.MismatchReplay {
 		t.Fatalf("on_mismatch default: %q", got)
+	}
+	if r := m.Retention; r.RecordsOr() != airlock.DefaultRecordRetention || r.AuditOr() != 0 || r.FiguresOr() != airlock.DefaultFigureRetention {
+		t.Fatalf("retention defaults: %s %s %s", r.RecordsOr(), r.AuditOr(), r.FiguresOr())
+	}
+	m, err = manifest.Parse([]byte(strings.Replace(good, "tools:\n", "retention: {records: 36h, audit: 90d, figures: 400d}\ntools:\n", 1)), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := m.Retention; r.RecordsOr() != 36*time.Hour || r.AuditOr() != 90*24*time.Hour || r.FiguresOr() != 400*24*time.Hour {
+		t.Fatalf("retention: %s %s %s", r.RecordsOr(), r.AuditOr(), r.FiguresOr())
 	}
 }
 

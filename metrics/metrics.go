@@ -31,6 +31,7 @@ type Metrics struct {
 	PlansExpired    *prometheus.CounterVec   // airlock_plans_expired_total{tool}
 	PlansDecided    *prometheus.CounterVec   // airlock_plans_decided_total{tool,decision}
 	SettledTotal    *prometheus.CounterVec   // airlock_settled_total{tool,happened,by}
+	Purged          *prometheus.CounterVec   // airlock_purged_total{what}: audit_events | figure_rows
 	queueDepth      *prometheus.Desc
 	oldestWait      *prometheus.Desc
 	waiting         func(ctx context.Context) ([]airlock.WaitingPlans, error)
@@ -98,6 +99,9 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		AuditLostTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_audit_incomplete_total", Help: "Audit events that could not be written (the log misses them).",
 		}),
+		Purged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_purged_total", Help: "Rows purged past retention by this process: audit_events (after archiving), figure_rows (the rollup).",
+		}, []string{"what"}),
 		PlansExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_plans_expired_total", Help: "Plans nobody decided before they expired.",
 		}, []string{"tool"}),
@@ -117,7 +121,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		m.now = time.Now
 	}
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait,
-		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, queueCollector{m}} {
+		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, m.Purged, queueCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -2,27 +2,69 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/store"
 )
 
-// cmdAudit verifies or exports the audit log, on the database directly.
+// cmdAudit verifies, exports or purges the audit log, on the database
+// directly (or, verify --file, an export).
 func cmdAudit(e *env, args []string) int {
-	if len(args) == 0 || (args[0] != "verify" && args[0] != "export") {
-		fmt.Fprintln(e.stderr, "airlock audit: want verify or export")
+	if len(args) == 0 || (args[0] != "verify" && args[0] != "export" && args[0] != "purge") {
+		fmt.Fprintln(e.stderr, "airlock audit: want verify, export or purge")
 		return 2
 	}
 	sub := args[0]
 	fs := newFlags(e, "audit "+sub)
 	db := dbFlag(fs)
-	since := fs.Duration("since", 0, "export: only events from this long ago (default: all)")
-	format := fs.String("format", "jsonl", "export: jsonl; verify: text or json")
+	var since, until, before whenFlag
+	var file, out *string
+	format := fs.String("format", "jsonl", "export: jsonl; verify and purge: text or json")
+	switch sub {
+	case "export":
+		fs.Var(&since, "since", "export events from this time: RFC 3339, a date (YYYY-MM-DD, UTC) or an age such as 24h or 7d (default: the first kept)")
+		fs.Var(&until, "until", "export events before this time, same forms (default: the last sealed)")
+		out = fs.String("out", "", "write to this file instead of standard output (it must not exist)")
+	case "purge":
+		fs.Var(&before, "before", "purge sealed events before this time: RFC 3339, a date (YYYY-MM-DD, UTC) or an age such as 90d; required")
+	case "verify":
+		file = fs.String("file", "", "verify an export (JSON lines) instead of the database")
+	}
+	batch := 0
+	if sub == "purge" {
+		fs.IntVar(&batch, "batch", 1000, "events deleted per transaction")
+	}
 	seal := fs.Bool("seal", true, "seal events written since the server last did, before reading")
 	if code, ok := parse(fs, args[1:]); !ok {
 		return code
+	}
+	if sub == "verify" && *file != "" {
+		f, err := os.Open(*file)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		defer f.Close()
+		r, err := audit.VerifyExport(f)
+		if err != nil {
+			return fail(e, "%s: %v", *file, err)
+		}
+		return printVerify(e, r, *format)
+	}
+	if sub == "purge" && before.t.IsZero() {
+		return fail(e, "audit purge: --before is required (for example --before 90d)")
+	}
+	if sub == "purge" && batch <= 0 {
+		return fail(e, "audit purge: --batch must be at least 1, not %d", batch)
+	}
+	if sub == "export" && !since.t.IsZero() && !until.t.IsZero() && !since.t.Before(until.t) {
+		return fail(e, "audit export: --since (%s) must be before --until (%s)", since.t.Format(time.RFC3339), until.t.Format(time.RFC3339))
 	}
 	s, err := store.OpenMigrated(e.ctx, *db)
 	if err != nil {
@@ -30,26 +72,26 @@ func cmdAudit(e *env, args []string) int {
 	}
 	defer s.Close()
 	if *seal {
-		for {
-			n, err := s.SealAudit(e.ctx, 1000)
-			if err != nil {
-				return fail(e, "sealing: %v", err)
-			}
-			if n == 0 {
-				break
-			}
+		if _, err := audit.SealPending(e.ctx, s); err != nil {
+			return fail(e, "sealing: %v", err)
 		}
 	}
-	if sub == "export" {
+	switch sub {
+	case "export":
 		if *format != "jsonl" {
 			return fail(e, "--format %q: export writes jsonl", *format)
 		}
-		from := time.Time{}
-		if *since > 0 {
-			from = time.Now().Add(-*since)
+		return exportAudit(e, s, since.t, until.t, *out)
+	case "purge":
+		st, err := audit.Purge(e.ctx, s, before.t, batch)
+		if err != nil {
+			return fail(e, "purging: %v (%d events purged before the error)", err, st.Events)
 		}
-		if _, err := audit.Export(e.ctx, s, from, e.stdout); err != nil {
-			return fail(e, "%v", err)
+		if *format == "json" {
+			_ = json.NewEncoder(e.stdout).Encode(st)
+		} else {
+			fmt.Fprintf(e.stdout, "purged %d events in %d batches; the chain now begins after event %d (hash %s)\n",
+				st.Events, st.Batches, st.Anchor.Seq, shortHash(st.Anchor.Hash))
 		}
 		return 0
 	}
@@ -57,15 +99,94 @@ func cmdAudit(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "%v", err)
 	}
-	if *format == "json" {
+	return printVerify(e, r, *format)
+}
+
+func exportAudit(e *env, s airlock.AuditStore, since, until time.Time, out string) int {
+	w := e.stdout
+	if out != "" {
+		f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		defer f.Close()
+		w = f
+	}
+	st, err := audit.Export(e.ctx, s, since, until, w)
+	if err == nil && out != "" {
+		err = w.(*os.File).Sync()
+	}
+	if err != nil {
+		return fail(e, "exporting: %v", err)
+	}
+	msg := fmt.Sprintf("exported %d events", st.Events)
+	if st.Events > 0 {
+		msg += fmt.Sprintf(" (events %d to %d)", st.FirstSeq, st.LastSeq)
+	}
+	if out != "" {
+		msg += " to " + out
+	}
+	fmt.Fprintln(e.stderr, msg)
+	return 0
+}
+
+func printVerify(e *env, r *audit.Report, format string) int {
+	switch {
+	case format == "json":
 		_ = json.NewEncoder(e.stdout).Encode(r)
-	} else if r.OK {
+	case r.OK && r.Anchor != nil:
+		fmt.Fprintf(e.stdout, "ok: %d events chained from event %d (after %d purged), %d not sealed yet\n",
+			r.Events, r.Anchor.Seq+1, r.Anchor.Seq, r.Unsealed)
+	case r.OK:
 		fmt.Fprintf(e.stdout, "ok: %d events chained, %d not sealed yet\n", r.Events, r.Unsealed)
-	} else {
+	default:
 		fmt.Fprintf(e.stdout, "BROKEN at event %d: %s\n", r.Problem.Seq, r.Problem.Message)
 	}
 	if !r.OK {
 		return 1
 	}
 	return 0
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "…"
+	}
+	return h
+}
+
+// whenFlag is a point in time given as RFC 3339, a date (midnight UTC) or
+// an age before now ("24h", "7d").
+type whenFlag struct {
+	t   time.Time
+	raw string
+}
+
+var _ flag.Value = (*whenFlag)(nil)
+
+func (w *whenFlag) String() string { return w.raw }
+
+func (w *whenFlag) Set(s string) error {
+	t, err := parseWhen(s, time.Now())
+	if err != nil {
+		return err
+	}
+	w.t, w.raw = t, s
+	return nil
+}
+
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	var d airlock.Duration
+	_ = d.UnmarshalText([]byte(s))
+	if err := d.Err(); err == nil && d.Duration > 0 {
+		return now.Add(-d.Duration), nil
+	}
+	return time.Time{}, errors.New("want a time (RFC 3339 such as 2026-12-01T00:00:00Z), a date (2026-12-01) or an age (24h, 7d)")
 }

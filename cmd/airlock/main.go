@@ -53,7 +53,7 @@ func commands() []command {
 		{"tools", "tools check (the CI lint) | tools list --format md|json", cmdTools},
 		{"plans", "plans list|show|approve|reject, against --url (a server) or --db", cmdPlans},
 		{"records", "records show KEY | records settle KEY --happened=true|false --note …", cmdRecords},
-		{"audit", "audit verify|export: check the hash chain, or write the log as JSON lines", cmdAudit},
+		{"audit", "audit verify|export|purge: check the hash chain (or an export), write the log as JSON lines, purge a prefix", cmdAudit},
 		{"report", "the figures that show the protection works (--since 24h, --format text|json)", cmdReport},
 		{"policy", "policy test: run the approval rules' test files", cmdPolicy},
 		{"demo", "replay the overnight withdrawals incident, without and with airlock", cmdDemo},

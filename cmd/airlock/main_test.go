@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
@@ -311,4 +312,79 @@ func TestRecordsShowAndSettle(t *testing.T) {
 	if r := runCLI(t, "records", "settle", a.Key, "--db", dsn, "--happened=true", "--result", `{"note_id":"N-1"}`, "--note", "seen in the ledger", "--as", "ops"); r.code != 0 || !strings.Contains(r.stdout, "succeeded") {
 		t.Fatalf("settle: %d %s %s", r.code, r.stdout, r.stderr)
 	}
+}
+
+func TestAuditArchiveAndPurge(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.db")
+	dsn := "sqlite:" + path
+	if r := runCLI(t, "migrate", "--db", dsn); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	s, err := sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var events []*airlock.AuditEvent
+	for i := range 48 { // two days, one an hour
+		events = append(events, &airlock.AuditEvent{At: day0.Add(time.Duration(i) * time.Hour), Kind: airlock.EventCompleted,
+			Tool: "add_note", Key: fmt.Sprintf("k%d", i), Actor: "agent-7", Outcome: airlock.OutcomeTextSucceeded})
+	}
+	if err := s.AppendAudit(context.Background(), events); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	day1, day2 := filepath.Join(dir, "2026-11-01.jsonl"), filepath.Join(dir, "2026-11-02.jsonl")
+	r := runCLI(t, "audit", "export", "--db", dsn, "--until", "2026-11-02", "--out", day1)
+	if r.code != 0 || !strings.Contains(r.stderr, "exported 24 events (events 1 to 24) to "+day1) {
+		t.Fatalf("export of day 1: %d %s", r.code, r.stderr)
+	}
+	r = runCLI(t, "audit", "export", "--db", dsn, "--since", "2026-11-02T00:00:00Z", "--until", "2026-11-03", "--out", day2)
+	if r.code != 0 || !strings.Contains(r.stderr, "exported 24 events (events 25 to 48)") {
+		t.Fatalf("export of day 2: %d %s", r.code, r.stderr)
+	}
+	for _, f := range []string{day1, day2} {
+		if r := runCLI(t, "audit", "verify", "--file", f); r.code != 0 || !strings.Contains(r.stdout, "ok: 24 events chained") {
+			t.Fatalf("verify %s: %d %s %s", f, r.code, r.stdout, r.stderr)
+		}
+	}
+	r = runCLI(t, "audit", "export", "--db", dsn, "--until", "2026-11-02", "--out", day1)
+	if r.code != 1 || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("export over an existing file: %d %s", r.code, r.stderr)
+	}
+	r = runCLI(t, "audit", "purge", "--db", dsn, "--before", "2026-11-02", "--batch", "10")
+	if r.code != 0 || !strings.Contains(r.stdout, "purged 24 events in 3 batches; the chain now begins after event 24") {
+		t.Fatalf("purge: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "audit", "verify", "--db", dsn)
+	if r.code != 0 || !strings.Contains(r.stdout, "ok: 24 events chained from event 25 (after 24 purged)") {
+		t.Fatalf("verify after purge: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			args []string
+			code int
+			want string
+		}{
+			{"PurgeWithoutBefore", []string{"audit", "purge", "--db", dsn}, 1, "--before is required"},
+			{"PurgeBadBatch", []string{"audit", "purge", "--db", dsn, "--before", "90d", "--batch", "0"}, 1, "--batch must be at least 1"},
+			{"BadTime", []string{"audit", "export", "--db", dsn, "--since", "last tuesday"}, 2, `invalid value "last tuesday" for flag -since: want a time`},
+			{"SinceAfterUntil", []string{"audit", "export", "--db", dsn, "--since", "2026-11-03", "--until", "2026-11-02"}, 1, "--since (2026-11-03T00:00:00Z) must be before --until"},
+			{"MissingFile", []string{"audit", "verify", "--file", filepath.Join(dir, "none.jsonl")}, 1, "no such file"},
+			{"UnknownSub", []string{"audit", "wipe"}, 2, "want verify, export or purge"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				r := runCLI(t, tc.args...)
+				if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+					t.Fatalf("%v: %d %q, want %d and %q", tc.args, r.code, r.stderr, tc.code, tc.want)
+				}
+			})
+		}
+	})
 }

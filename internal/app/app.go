@@ -2,8 +2,8 @@
 // options, in the order its parts depend on one another: the commit
 // inserter, the store, the metrics, the upstreams, the reconciler, the
 // guard, the plan service, the page and the gateway. Start runs every
-// background loop (the lease reaper with reconciliation and the retention
-// purge, the audit sealer, plan expiry, the commit worker and its rescue);
+// background loop (the lease reaper with reconciliation and the records'
+// purge, the audit sealer, the audit and figures purge, plan expiry, the commit worker and its rescue);
 // Close stops them in order within a deadline. `airlock serve`, `airlock
 // mcp`, `airlock demo`, `airlock bench --through` and the CLI's --db
 // commands all build their server here, so none of them lacks a loop the
@@ -83,6 +83,9 @@ type Config struct {
 	ExpireEvery time.Duration
 	// SealEvery is how often the audit sealer chains new events. Default 1s.
 	SealEvery time.Duration
+	// RetentionEvery is how often audit events and figures past the
+	// manifest's retention are purged. Default 1m.
+	RetentionEvery time.Duration
 	// ReconcileBackoff is the first wait before asking again about an
 	// in-doubt record whose reconciliation failed. Default 10s.
 	ReconcileBackoff time.Duration
@@ -186,7 +189,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	}
 	a.Guard = airlock.NewGuard(a.Store, &airlock.GuardConfig{
 		Redrive: a.redrive, Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics,
-		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff,
+		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff, Retention: m.Retention.RecordsOr(),
 	})
 	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log}); err != nil {
 		return nil, err
@@ -349,7 +352,18 @@ func (a *App) Start(ctx context.Context) error {
 	a.loop(func() { a.Guard.RunReaper(loopCtx, reapEvery) })
 	a.loop(func() { a.Plans.RunExpiry(loopCtx, expireEvery) })
 	a.loop(func() { audit.RunSealer(loopCtx, a.Store, sealEvery, a.log, a.sealed) })
+	a.loop(func() {
+		audit.RunRetention(loopCtx, a.Store, audit.Retention{
+			Audit: a.Manifest.Retention.AuditOr(), Figures: a.Manifest.Retention.FiguresOr(),
+			Every: a.cfg.RetentionEvery, Logger: a.log, Purged: a.purged,
+		})
+	})
 	return nil
+}
+
+func (a *App) purged(events, figureRows int) {
+	a.Metrics.Purged.WithLabelValues("audit_events").Add(float64(events))
+	a.Metrics.Purged.WithLabelValues("figure_rows").Add(float64(figureRows))
 }
 
 func (a *App) sealed(n int) { a.Metrics.AuditEvents.Add(float64(n)) }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/internal/testdb"
@@ -107,19 +108,27 @@ func drivers() []driver {
 	}
 }
 
-func setup(t *testing.T, d driver) *bundle {
+func setup(t *testing.T, d driver) *bundle { return setupWith(t, d, "", nil) }
+
+// setupWith starts the app with top-level YAML added to the test manifest
+// and its config changed by edit.
+func setupWith(t *testing.T, d driver, yaml string, edit func(*app.Config)) *bundle {
 	t.Helper()
 	l := &ledger{notes: map[string]string{}, writes: map[string]int{}}
 	srv := httptest.NewServer(l)
 	t.Cleanup(srv.Close)
-	m, err := manifest.Parse([]byte(strings.Replace(testManifest, "URL", srv.URL, 1)), "test.yaml")
+	m, err := manifest.Parse([]byte(strings.Replace(testManifest, "URL", srv.URL, 1)+yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(context.Background(), &app.Config{
+	cfg := &app.Config{
 		Manifest: m, DSN: d.dsn(t), Migrate: true,
 		Lease: time.Second, ReapEvery: 50 * time.Millisecond, ReconcileBackoff: 50 * time.Millisecond,
-	})
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	a, err := app.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,6 +295,43 @@ func TestReaperReconcilesACrashedCall(t *testing.T) {
 					t.Fatalf("settled event's actor %q", actor)
 				}
 			})
+		})
+	}
+}
+
+func TestRetentionPurgesOldEventsAndFigures(t *testing.T) {
+	t.Parallel()
+	for _, d := range drivers() {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupWith(t, d, "retention: {audit: 1d, figures: 2d}\n", func(c *app.Config) {
+				c.RetentionEvery = 50 * time.Millisecond
+				c.SealEvery = 50 * time.Millisecond
+			})
+			ctx := context.Background()
+			now := time.Now()
+			var events []*airlock.AuditEvent
+			for _, age := range []time.Duration{72 * time.Hour, 36 * time.Hour, time.Hour} {
+				events = append(events, &airlock.AuditEvent{At: now.Add(-age), Kind: airlock.EventCompleted, Tool: "add_note",
+					Key: age.String(), Actor: "agent-1", Outcome: airlock.OutcomeTextSucceeded})
+			}
+			if err := b.app.Store.AppendAudit(ctx, events); err != nil {
+				t.Fatal(err)
+			}
+			// The two events older than a day go; the rollup keeps the one
+			// 36 hours old (figures are kept two days).
+			waitFor(t, "the purge of events older than a day", func() bool {
+				a, err := b.app.Store.AuditAnchor(ctx)
+				return err == nil && a.Purged == 2
+			})
+			waitFor(t, "the purge of figures older than two days", func() bool {
+				f, err := b.app.Store.Figures(ctx, now.Add(-100*time.Hour), now.Add(time.Minute))
+				return err == nil && f.ByTool["add_note"][airlock.FigureSucceeded] == 2
+			})
+			r, err := audit.Verify(ctx, b.app.Store)
+			if err != nil || !r.OK || r.Events != 1 || r.Anchor == nil || r.Anchor.Seq != 2 {
+				t.Fatalf("verify after retention: %+v %v", r, err)
+			}
 		})
 	}
 }
