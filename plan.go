@@ -150,12 +150,17 @@ func joinStatuses() string {
 
 // PlanCursor is the cursor after a plan in a list: its creation time and
 // id, the list's order. It is opaque to clients.
-func PlanCursor(p *Plan) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.CreatedAt.UnixMicro(), 10) + "." + p.ID))
-}
+func PlanCursor(p *Plan) string { return pageCursor(p.CreatedAt, p.ID) }
 
 // ParsePlanCursor reads a PlanCursor; "" is the start (zero time, no id).
-func ParsePlanCursor(c string) (time.Time, string, error) {
+func ParsePlanCursor(c string) (time.Time, string, error) { return parsePageCursor(c) }
+
+// pageCursor encodes a keyset position: a time and a tie-breaking id.
+func pageCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
+}
+
+func parsePageCursor(c string) (time.Time, string, error) {
 	if c == "" {
 		return time.Time{}, "", nil
 	}

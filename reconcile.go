@@ -54,7 +54,7 @@ type reconcileAttempt struct {
 // maxReconcileBackoff bounds the wait between attempts on one record.
 const maxReconcileBackoff = 10 * time.Minute
 
-// reconcileBatch bounds the in-doubt records looked at in one pass.
+// reconcileBatch is the page of in-doubt records read at a time.
 const reconcileBatch = 1000
 
 // Reconcile asks the Reconciler about the in-doubt records of tools that
@@ -69,12 +69,29 @@ func (g *Guard) Reconcile(ctx context.Context) (ReconcileStats, error) {
 	if g.reconciler == nil {
 		return st, nil
 	}
-	recs, err := g.store.ListRecords(ctx, StateInDoubt, reconcileBatch)
-	if err != nil {
-		return st, err
-	}
 	now := g.clock.Now()
-	seen := make(map[string]bool, len(recs))
+	seen := map[string]bool{}
+	// Every in-doubt record, a page at a time: a page of records whose
+	// read tool keeps failing must not hide the ones after it.
+	f := RecordFilter{State: StateInDoubt, Limit: reconcileBatch}
+	for {
+		recs, err := g.store.ListRecords(ctx, f)
+		if err != nil {
+			return st, err
+		}
+		if err := g.reconcilePage(ctx, recs, now, seen, &st); err != nil {
+			return st, err
+		}
+		if len(recs) < reconcileBatch {
+			break
+		}
+		f.After = RecordCursor(recs[len(recs)-1])
+	}
+	g.reconcileForget(seen)
+	return st, nil
+}
+
+func (g *Guard) reconcilePage(ctx context.Context, recs []*Record, now time.Time, seen map[string]bool, st *ReconcileStats) error {
 	for _, rec := range recs {
 		seen[rec.Key] = true
 		if !g.reconciler.Automatic(rec.Tool) || !g.reconcileIsDue(rec.Key, now) {
@@ -105,12 +122,11 @@ func (g *Guard) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		case ErrorCode(err) == CodeNotFound, ErrorCode(err) == CodeConflict:
 			// Settled meanwhile, by a person or another replica.
 		default:
-			return st, err
+			return err
 		}
 		g.reconcileDone(rec.Key)
 	}
-	g.reconcileForget(seen)
-	return st, nil
+	return nil
 }
 
 func (g *Guard) reconcileIsDue(key string, now time.Time) bool {

@@ -119,8 +119,9 @@ type RecordStore interface {
 	// Settle decides an in_doubt record. ErrNotFound or ErrStateConflict
 	// when there is no in_doubt record with the key.
 	Settle(ctx context.Context, s *Settlement) (*Record, error)
-	// ListRecords lists records in a state, newest first, up to limit.
-	ListRecords(ctx context.Context, state State, limit int) ([]*Record, error)
+	// ListRecords lists the records of f.State, most recently changed
+	// first, after f.After, up to f.LimitOr(); an index serves it.
+	ListRecords(ctx context.Context, f RecordFilter) ([]*Record, error)
 	// CountRunCalls counts the records of a tool in a run (for
 	// max_calls_per_run).
 	CountRunCalls(ctx context.Context, runID, tool string) (int, error)
@@ -174,3 +175,50 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// RecordFilter selects a page of records in one state, most recently
+// changed first. Only in_doubt is listed: it is the one list a person
+// works through, and records are in doubt rarely, so its partial index
+// costs the hot path nothing; every other record is read by its key.
+type RecordFilter struct {
+	State State  // StateInDoubt
+	After string // cursor: RecordCursor of the last record of the previous page
+	Limit int    // 1..MaxRecordPage; 0 means DefaultRecordPage
+}
+
+// Pages of records.
+const (
+	DefaultRecordPage = 100
+	MaxRecordPage     = 1000
+)
+
+// Validate checks the filter; errors name the parameter.
+func (f *RecordFilter) Validate() error {
+	if f.State != StateInDoubt {
+		return FieldErrorf(CodeInvalidArgument, "state", "%q cannot be listed: want in_doubt (read any other record by its key)", f.State)
+	}
+	if f.Limit < 0 || f.Limit > MaxRecordPage {
+		return FieldErrorf(CodeInvalidArgument, "limit", "must be between 1 and %d, not %d", MaxRecordPage, f.Limit)
+	}
+	_, _, err := parsePageCursor(f.After)
+	return err
+}
+
+// LimitOr is the page size: Limit, or DefaultRecordPage when it is 0.
+func (f *RecordFilter) LimitOr() int {
+	if f.Limit == 0 {
+		return DefaultRecordPage
+	}
+	return f.Limit
+}
+
+// Cursor returns the position f.After names: the zero time and "" at the
+// start. Call Validate first.
+func (f *RecordFilter) Cursor() (time.Time, string) {
+	at, key, _ := parsePageCursor(f.After)
+	return at, key
+}
+
+// RecordCursor is the cursor after a record in a list: the time of its
+// last change and its key, the list's order. It is opaque to clients.
+func RecordCursor(r *Record) string { return pageCursor(r.UpdatedAt, r.Key) }

@@ -73,11 +73,13 @@ type Config struct {
 	DefaultRunID string
 }
 
-// Store is what the gateway reads of the store: /readyz pings it, and
-// /v1/report computes its figures from it.
+// Store is what the gateway reads of the store: /readyz pings it,
+// /v1/report computes its figures from it, /v1/audit and /v1/records list
+// pages of it.
 type Store interface {
 	Ping(ctx context.Context) error
 	AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error)
+	ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error)
 	metrics.Source
 }
 

@@ -29,6 +29,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", g.handleReady)
 	mux.Handle("POST /v1/calls", g.require(agents, http.HandlerFunc(g.handleCall)))
 	mux.Handle("GET /v1/tools", g.require(readers, http.HandlerFunc(g.handleTools)))
+	mux.Handle("GET /v1/records", g.require(readers, http.HandlerFunc(g.handleRecords)))
 	mux.Handle("GET /v1/records/{key}", g.require(readers, http.HandlerFunc(g.handleRecord)))
 	mux.Handle("POST /v1/records/{key}/settle", g.require(adminOnly, http.HandlerFunc(g.handleSettle)))
 	mux.Handle("GET /v1/report", g.require(readers, http.HandlerFunc(g.handleReport)))
@@ -196,4 +197,43 @@ func (g *Gateway) handleAudit(w http.ResponseWriter, r *http.Request) {
 		events = []*airlock.AuditEvent{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"events": events, "next_after": next})
+}
+
+// handleRecords lists the records in doubt a page at a time, most recently
+// changed first: GET /v1/records?state=in_doubt&after=&limit=.
+func (g *Gateway) handleRecords(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for name := range q {
+		switch name {
+		case "state", "after", "limit":
+		default:
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are state, after and limit", name))
+			return
+		}
+	}
+	f := airlock.RecordFilter{State: airlock.State(q.Get("state")), After: q.Get("after")}
+	if f.State == "" {
+		f.State = airlock.StateInDoubt
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > airlock.MaxRecordPage {
+			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "limit", "%q: want a number from 1 to %d", v, airlock.MaxRecordPage))
+			return
+		}
+		f.Limit = n
+	}
+	recs, err := g.store.ListRecords(r.Context(), f)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	next := ""
+	if len(recs) == f.LimitOr() {
+		next = airlock.RecordCursor(recs[len(recs)-1])
+	}
+	if recs == nil {
+		recs = []*airlock.Record{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"records": recs, "next_after": next})
 }

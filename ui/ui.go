@@ -57,7 +57,7 @@ type Config struct {
 // Store is what the page reads of the store.
 type Store interface {
 	ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error)
-	ListRecords(ctx context.Context, state airlock.State, limit int) ([]*airlock.Record, error)
+	ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error)
 	AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error)
 	metrics.Source
 }
@@ -417,7 +417,13 @@ func (u *UI) history(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
-	recs, err := u.cfg.Store.ListRecords(r.Context(), airlock.StateInDoubt, 200)
+	const pageSize = 50
+	f := airlock.RecordFilter{State: airlock.StateInDoubt, After: r.URL.Query().Get("after"), Limit: pageSize}
+	recs, err := u.cfg.Store.ListRecords(r.Context(), f)
+	if airlock.ErrorCode(err) == airlock.CodeInvalidArgument {
+		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, err.Error())
+		return
+	}
 	if err != nil {
 		u.fail(w, r, err)
 		return
@@ -428,9 +434,9 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 		ReconcileErr string
 	}
 	views := make([]view, 0, len(recs))
-	for i, rec := range recs {
+	for _, rec := range recs {
 		v := view{Record: rec}
-		if u.cfg.Reconcile != nil && i < 50 {
+		if u.cfg.Reconcile != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 			found, err := u.cfg.Reconcile.Ask(ctx, rec)
 			cancel()
@@ -442,7 +448,14 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 		}
 		views = append(views, v)
 	}
-	u.render(w, r, http.StatusOK, "indoubt", "In doubt", map[string]any{"Records": views}, r.URL.Query().Get("msg"))
+	data := map[string]any{"Records": views}
+	if f.After != "" {
+		data["Prev"] = "/ui/in-doubt" // the newest page
+	}
+	if len(recs) == pageSize {
+		data["Next"] = "/ui/in-doubt?after=" + url.QueryEscape(airlock.RecordCursor(recs[len(recs)-1]))
+	}
+	u.render(w, r, http.StatusOK, "indoubt", "In doubt", data, r.URL.Query().Get("msg"))
 }
 
 func (u *UI) settle(w http.ResponseWriter, r *http.Request) {

@@ -568,6 +568,19 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 			t.Fatalf("GET /v1/plans?%s: %d %v, want 400 naming %s", query, status, e, field)
 		}
 	}
+	// Records in doubt, a page at a time; no other state is listed.
+	if status, page := apiCall(t, "GET", airlockProc.url()+"/v1/records?state=in_doubt&limit=10", approverToken, ""); status != 200 || page["records"] == nil {
+		t.Fatalf("GET /v1/records: %d %v", status, page)
+	}
+	for query, field := range map[string]string{"state=succeeded": "state", "after=zz": "after", "limit=0": "limit", "limit=1000000000": "limit", "colour=red": "colour"} {
+		status, e := apiCall(t, "GET", airlockProc.url()+"/v1/records?"+query, approverToken, "")
+		if body, _ := e["error"].(map[string]any); status != 400 || body["field"] != field {
+			t.Fatalf("GET /v1/records?%s: %d %v, want 400 naming %s", query, status, e, field)
+		}
+	}
+	if status, _ := apiCall(t, "GET", airlockProc.url()+"/v1/records", agentToken, ""); status != 403 {
+		t.Fatalf("an agent listing records: %d", status)
+	}
 	if status, _ := apiCall(t, "GET", airlockProc.url()+"/v1/audit?plan_id="+id, agentToken, ""); status != 403 {
 		t.Fatalf("an agent reading the audit log: %d", status)
 	}

@@ -292,8 +292,22 @@ func completeArgs(c *airlock.Completion) []any {
 }
 
 // ListRecords implements airlock.Store.
-func (s *Store) ListRecords(ctx context.Context, state airlock.State, limit int) ([]*airlock.Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE state = $1 ORDER BY updated_at DESC LIMIT $2`, string(state), limit)
+func (s *Store) ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + recordColumns + ` FROM airlock_records WHERE state = $1`
+	args := []any{string(f.State)}
+	if f.After != "" {
+		at, key := f.Cursor()
+		q += ` AND (updated_at, key) < ($3, $4)`
+		args = append(args, nil, at, key)
+	} else {
+		args = append(args, nil)
+	}
+	args[1] = f.LimitOr()
+	q += ` ORDER BY updated_at DESC, key DESC LIMIT $2`
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -329,8 +329,19 @@ func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, err
 }
 
 // ListRecords implements airlock.Store.
-func (s *Store) ListRecords(ctx context.Context, state airlock.State, limit int) ([]*airlock.Record, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE state = ? ORDER BY updated_at DESC LIMIT ?`, string(state), limit)
+func (s *Store) ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + recordColumns + ` FROM airlock_records WHERE state = ?`
+	args := []any{string(f.State)}
+	if f.After != "" {
+		at, key := f.Cursor()
+		q += ` AND (updated_at, key) < (?, ?)`
+		args = append(args, micros(at), key)
+	}
+	q += ` ORDER BY updated_at DESC, key DESC LIMIT ?`
+	rows, err := s.read.QueryContext(ctx, q, append(args, f.LimitOr())...)
 	if err != nil {
 		return nil, err
 	}

@@ -285,6 +285,70 @@ func runStore(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("InDoubtPagesWithACursor", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		// 11 records go in doubt, some at the same instant (the cursor's
+		// key breaks the tie); one stays running and one completes.
+		want := map[string]bool{}
+		for i := range 11 {
+			key := Key(fmt.Sprintf("doubt-%d", i))
+			_, _, err := s.Claim(ctx, claimOf(key, "dead", now, time.Second))
+			must(t, err)
+			ok, err := s.ExpireLease(ctx, key, now.Add(time.Duration(i/3)*time.Minute+time.Hour), "lease expired")
+			must(t, err)
+			if !ok {
+				t.Fatal("not expired")
+			}
+			want[key] = true
+		}
+		_, _, err := s.Claim(ctx, claimOf(Key("running"), "alive", now, time.Hour))
+		must(t, err)
+		f := airlock.RecordFilter{State: airlock.StateInDoubt, Limit: 3}
+		var prev *airlock.Record
+		got := 0
+		for pages := 0; ; pages++ {
+			if pages > 5 {
+				t.Fatal("the pages do not end")
+			}
+			recs, err := s.ListRecords(ctx, f)
+			must(t, err)
+			for _, r := range recs {
+				if !want[r.Key] || r.State != airlock.StateInDoubt {
+					t.Fatalf("listed %s (%s), not one of the in-doubt records, or twice", r.Key, r.State)
+				}
+				delete(want, r.Key)
+				if prev != nil && (r.UpdatedAt.After(prev.UpdatedAt) || (r.UpdatedAt.Equal(prev.UpdatedAt) && r.Key > prev.Key)) {
+					t.Fatalf("%s (%s) listed after %s (%s): not newest first", r.Key, r.UpdatedAt, prev.Key, prev.UpdatedAt)
+				}
+				prev = r
+				got++
+			}
+			if len(recs) < 3 {
+				break
+			}
+			f.After = airlock.RecordCursor(recs[len(recs)-1])
+		}
+		if got != 11 || len(want) != 0 {
+			t.Fatalf("%d listed, missing %v", got, want)
+		}
+		for _, bad := range []struct {
+			f     airlock.RecordFilter
+			field string
+		}{
+			{airlock.RecordFilter{State: airlock.StateSucceeded}, "state"},
+			{airlock.RecordFilter{State: "doubtful"}, "state"},
+			{airlock.RecordFilter{State: airlock.StateInDoubt, Limit: 1_000_000_000}, "limit"},
+			{airlock.RecordFilter{State: airlock.StateInDoubt, After: "not-a-cursor!"}, "after"},
+		} {
+			_, err := s.ListRecords(ctx, bad.f)
+			var e *airlock.Error
+			if !errors.As(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != bad.field {
+				t.Errorf("%+v: %v, want invalid_argument naming %s", bad.f, err, bad.field)
+			}
+		}
+	})
+
 	t.Run("TakeOverOnce", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

@@ -7,4 +7,4 @@ CREATE INDEX airlock_plans_decided_by ON airlock_plans (decided_by, created_at, 
 
 -- The in-doubt list (the page, reconciliation) reads by this partial index
 -- rather than scanning every record; records are in doubt rarely.
-CREATE INDEX airlock_records_in_doubt ON airlock_records (updated_at) WHERE state = 'in_doubt';
+CREATE INDEX airlock_records_in_doubt ON airlock_records (updated_at, key) WHERE state = 'in_doubt';
