@@ -22,7 +22,8 @@ func cmdBench(e *env, args []string) int {
 	fs := newFlags(e, "bench")
 	db := dbFlag(fs)
 	var cfg bench.Config
-	fs.StringVar(&cfg.Mode, "mode", "new", "new | repeat | race | mixed")
+	fs.StringVar(&cfg.Mode, "mode", "new", "new | repeat | race | mixed | soak (fill a database, then time the report, each page, the purges and audit verify)")
+	events := fs.Int("events", 1_000_000, "soak: about how many audit events to fill the database with (it must be empty)")
 	fs.IntVar(&cfg.Calls, "calls", 10000, "calls to measure")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "callers at once")
 	fs.Float64Var(&cfg.DupRate, "dup-rate", 0, "mixed: the share of calls that repeat an earlier key (default 0.5)")
@@ -45,6 +46,9 @@ func cmdBench(e *env, args []string) int {
 			return fail(e, "--cpuprofile: %v", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if cfg.Mode == "soak" {
+		return benchSoak(e, *db, cfg.Concurrency, *events)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fail(e, "%v", err)
@@ -204,6 +208,34 @@ func benchCompareAudit(e *env, on airlock.Store, dsn string, cfg bench.Config) i
 		return fail(e, "%v", err)
 	}
 	if !onRes.OK {
+		return 1
+	}
+	return 0
+}
+
+// benchSoak fills the database and times what an operator reads and runs
+// on it (bench.Soak); one JSON line, exit 1 when a bound is not met.
+func benchSoak(e *env, dsn string, concurrency, events int) int {
+	if events < 1000 {
+		return fail(e, "--events must be at least 1000, not %d", events)
+	}
+	kind, err := store.Kind(dsn)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	s, err := store.OpenMigrated(e.ctx, dsn)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer s.Close()
+	res, err := bench.Soak(e.ctx, s, bench.SoakConfig{Store: kind, Events: events, Concurrency: concurrency})
+	if err != nil {
+		return fail(e, "soak: %v", err)
+	}
+	if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
+		return fail(e, "%v", err)
+	}
+	if !res.OK {
 		return 1
 	}
 	return 0
