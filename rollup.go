@@ -194,3 +194,112 @@ func RollUp(events []*AuditEvent) ([]RollupRow, []RunCalls) {
 	}
 	return rows, rc
 }
+
+// The rollup is kept at two resolutions: per minute, and per hour for
+// the whole hours of a period, so that a day's figures read about 24 rows
+// a figure rather than 1,440 (and calls per run a histogram rather than
+// every run). RollupHour is the Unix hour of a Unix minute.
+func RollupHour(minute int64) int64 {
+	if minute < 0 {
+		return (minute - 59) / 60
+	}
+	return minute / 60
+}
+
+// ByHour sums minute rows per hour; the rows' Minute holds the Unix hour.
+func ByHour(rows []RollupRow) []RollupRow {
+	type cell struct {
+		hour         int64
+		tool, figure string
+	}
+	sums := map[cell]int64{}
+	var order []cell
+	for _, r := range rows {
+		c := cell{RollupHour(r.Minute), r.Tool, r.Figure}
+		if _, ok := sums[c]; !ok {
+			order = append(order, c)
+		}
+		sums[c] += r.Value
+	}
+	out := make([]RollupRow, len(order))
+	for i, c := range order {
+		out[i] = RollupRow{Minute: c.hour, Tool: c.tool, Figure: c.figure, Value: sums[c]}
+	}
+	return out
+}
+
+// RunHistRow changes the histogram of calls per run: Runs runs of Tool
+// whose first call was in Hour (Unix hours) more (or fewer, when negative)
+// have Calls calls.
+type RunHistRow struct {
+	Hour  int64
+	Tool  string
+	Calls int64
+	Runs  int64
+}
+
+// RunHistDelta is how the histogram changes when runs' counts grow: for
+// each run, its first minute and its count before (0: new) and after.
+func RunHistDelta(changes []RunCallsChange) []RunHistRow {
+	type cell struct {
+		hour  int64
+		tool  string
+		calls int64
+	}
+	sums := map[cell]int64{}
+	var order []cell
+	add := func(c cell, n int64) {
+		if _, ok := sums[c]; !ok {
+			order = append(order, c)
+		}
+		sums[c] += n
+	}
+	for _, ch := range changes {
+		h := RollupHour(ch.Minute)
+		if ch.Before > 0 {
+			add(cell{h, ch.Tool, ch.Before}, -1)
+		}
+		add(cell{h, ch.Tool, ch.After}, 1)
+	}
+	out := make([]RunHistRow, 0, len(order))
+	for _, c := range order {
+		if n := sums[c]; n != 0 {
+			out = append(out, RunHistRow{Hour: c.hour, Tool: c.tool, Calls: c.calls, Runs: n})
+		}
+	}
+	return out
+}
+
+// RunCallsChange is one run's count of calls before and after a seal.
+type RunCallsChange struct {
+	Tool          string
+	Minute        int64 // the run's first minute
+	Before, After int64
+}
+
+// RollupSpans splits a period into the whole hours inside it and the
+// minutes at its edges, each [from, to).
+type RollupSpans struct {
+	Hours   [2]int64    // Unix hours; empty when from == to
+	Minutes [2][2]int64 // Unix minutes before the first whole hour and after the last
+}
+
+// SpansOf is the period [since, until) in whole minutes, split.
+func SpansOf(since, until time.Time) RollupSpans {
+	from, to := RollupMinute(since), RollupMinute(until)
+	var s RollupSpans
+	if to <= from {
+		s.Minutes[0] = [2]int64{from, from}
+		return s
+	}
+	hf := RollupHour(from + 59) // the first hour that starts at or after from
+	ht := RollupHour(to)        // the hour to ends in
+	if hf >= ht {
+		s.Minutes[0] = [2]int64{from, to}
+		return s
+	}
+	s.Hours = [2]int64{hf, ht}
+	s.Minutes[0] = [2]int64{from, hf * 60}
+	s.Minutes[1] = [2]int64{ht * 60, to}
+	return s
+}

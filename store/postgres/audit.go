@@ -180,24 +180,31 @@ func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, 
 	return n, err
 }
 
-// PurgeFigures implements airlock.FigureStore.
+// PurgeFigures implements airlock.FigureStore: minute rows before
+// before's minute, hour rows of hours that ended by then.
 func (s *Store) PurgeFigures(ctx context.Context, before time.Time, limit int) (int, error) {
 	minute := airlock.RollupMinute(before)
-	tag, err := s.pool.Exec(ctx, `DELETE FROM airlock_rollup WHERE (minute, tool, figure) IN (
-		SELECT minute, tool, figure FROM airlock_rollup WHERE minute < $1 ORDER BY minute LIMIT $2)`, minute, limit)
-	if err != nil {
-		return 0, err
+	hour := airlock.RollupHour(minute)
+	n := 0
+	for _, q := range []struct {
+		sql string
+		arg int64
+	}{
+		{`DELETE FROM airlock_rollup WHERE (minute, tool, figure) IN (SELECT minute, tool, figure FROM airlock_rollup WHERE minute < $1 ORDER BY minute LIMIT $2)`, minute},
+		{`DELETE FROM airlock_rollup_hour WHERE (hour, tool, figure) IN (SELECT hour, tool, figure FROM airlock_rollup_hour WHERE hour < $1 ORDER BY hour LIMIT $2)`, hour},
+		{`DELETE FROM airlock_run_calls WHERE (tool, run_id) IN (SELECT tool, run_id FROM airlock_run_calls WHERE minute < $1 ORDER BY minute LIMIT $2)`, minute},
+		{`DELETE FROM airlock_run_hist WHERE (hour, tool, calls) IN (SELECT hour, tool, calls FROM airlock_run_hist WHERE hour < $1 ORDER BY hour LIMIT $2)`, hour},
+	} {
+		if n >= limit {
+			break
+		}
+		tag, err := s.pool.Exec(ctx, q.sql, q.arg, limit-n)
+		if err != nil {
+			return n, err
+		}
+		n += int(tag.RowsAffected())
 	}
-	n := int(tag.RowsAffected())
-	if n >= limit {
-		return n, nil
-	}
-	tag, err = s.pool.Exec(ctx, `DELETE FROM airlock_run_calls WHERE (tool, run_id) IN (
-		SELECT tool, run_id FROM airlock_run_calls WHERE minute < $1 ORDER BY minute LIMIT $2)`, minute, limit-n)
-	if err != nil {
-		return n, err
-	}
-	return n + int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 // AuditLog implements airlock.AuditStore.
@@ -252,43 +259,77 @@ func (s *Store) firstAuditIDAt(ctx context.Context, t time.Time) (int64, error) 
 	return max(*lo, a-5000), nil
 }
 
-// addRollup adds the sealed events' figures to the rollup, in the sealing
-// transaction: each event is counted once, by the one sealer.
+// addRollup adds the sealed events' figures to the rollup (per minute and
+// per hour) and moves their runs in the histogram of calls per run, in the
+// sealing transaction: each event is counted once, by the one sealer.
 func addRollup(ctx context.Context, tx pgx.Tx, sealed []*airlock.AuditEvent) error {
 	rows, runs := airlock.RollUp(sealed)
-	if len(rows) > 0 {
-		minutes, tools, figures, values := make([]int64, len(rows)), make([]string, len(rows)), make([]string, len(rows)), make([]int64, len(rows))
-		for i, r := range rows {
-			minutes[i], tools[i], figures[i], values[i] = r.Minute, r.Tool, r.Figure, r.Value
+	for table, rs := range map[string][]airlock.RollupRow{"airlock_rollup (minute": rows, "airlock_rollup_hour (hour": airlock.ByHour(rows)} {
+		if len(rs) == 0 {
+			continue
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO airlock_rollup (minute, tool, figure, value)
+		at, tools, figures, values := make([]int64, len(rs)), make([]string, len(rs)), make([]string, len(rs)), make([]int64, len(rs))
+		for i, r := range rs {
+			at[i], tools[i], figures[i], values[i] = r.Minute, r.Tool, r.Figure, r.Value
+		}
+		name, col, _ := strings.Cut(table, " (")
+		if _, err := tx.Exec(ctx, `INSERT INTO `+name+` (`+col+`, tool, figure, value)
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[])
-			ON CONFLICT (minute, tool, figure) DO UPDATE SET value = airlock_rollup.value + excluded.value`,
-			minutes, tools, figures, values); err != nil {
+			ON CONFLICT (`+col+`, tool, figure) DO UPDATE SET value = `+name+`.value + excluded.value`,
+			at, tools, figures, values); err != nil {
 			return err
 		}
 	}
-	if len(runs) > 0 {
-		tools, ids, minutes, calls := make([]string, len(runs)), make([]string, len(runs)), make([]int64, len(runs)), make([]int64, len(runs))
-		for i, r := range runs {
-			tools[i], ids[i], minutes[i], calls[i] = r.Tool, r.RunID, r.Minute, r.Calls
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO airlock_run_calls (tool, run_id, minute, calls)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
-			ON CONFLICT (tool, run_id) DO UPDATE SET calls = airlock_run_calls.calls + excluded.calls`,
-			tools, ids, minutes, calls); err != nil {
-			return err
-		}
+	if len(runs) == 0 {
+		return nil
 	}
-	return nil
+	tools, ids, minutes, calls := make([]string, len(runs)), make([]string, len(runs)), make([]int64, len(runs)), make([]int64, len(runs))
+	added := make(map[[2]string]int64, len(runs))
+	for i, r := range runs {
+		tools[i], ids[i], minutes[i], calls[i] = r.Tool, r.RunID, r.Minute, r.Calls
+		added[[2]string{r.Tool, r.RunID}] = r.Calls
+	}
+	rs, err := tx.Query(ctx, `INSERT INTO airlock_run_calls (tool, run_id, minute, calls)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+		ON CONFLICT (tool, run_id) DO UPDATE SET calls = airlock_run_calls.calls + excluded.calls
+		RETURNING tool, run_id, minute, calls`, tools, ids, minutes, calls)
+	if err != nil {
+		return err
+	}
+	changes := make([]airlock.RunCallsChange, 0, len(runs))
+	var tool, run string
+	var minute, after int64
+	if _, err := pgx.ForEachRow(rs, []any{&tool, &run, &minute, &after}, func() error {
+		changes = append(changes, airlock.RunCallsChange{Tool: tool, Minute: minute, Before: after - added[[2]string{tool, run}], After: after})
+		return nil
+	}); err != nil {
+		return err
+	}
+	hist := airlock.RunHistDelta(changes)
+	if len(hist) == 0 {
+		return nil
+	}
+	hours, htools, hcalls, hruns := make([]int64, len(hist)), make([]string, len(hist)), make([]int64, len(hist)), make([]int64, len(hist))
+	for i, h := range hist {
+		hours[i], htools[i], hcalls[i], hruns[i] = h.Hour, h.Tool, h.Calls, h.Runs
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO airlock_run_hist (hour, tool, calls, runs)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[])
+		ON CONFLICT (hour, tool, calls) DO UPDATE SET runs = airlock_run_hist.runs + excluded.runs`, hours, htools, hcalls, hruns)
+	return err
 }
 
-// Figures implements airlock.FigureStore.
+// Figures implements airlock.FigureStore: whole hours from the hour
+// tables, the minutes at the period's edges from the minute tables.
 func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error) {
-	from, to := airlock.RollupMinute(since), airlock.RollupMinute(until)
+	sp := airlock.SpansOf(since, until)
+	spans := []any{sp.Hours[0], sp.Hours[1], sp.Minutes[0][0], sp.Minutes[0][1], sp.Minutes[1][0], sp.Minutes[1][1]}
 	f := &airlock.Figures{ByTool: map[string]map[string]int64{}, RunsByCalls: map[string]map[int64]int64{}}
-	rows, err := s.pool.Query(ctx, `SELECT tool, figure, SUM(value)::bigint FROM airlock_rollup
-		WHERE minute >= $1 AND minute < $2 GROUP BY tool, figure`, from, to)
+	rows, err := s.pool.Query(ctx, `SELECT tool, figure, SUM(value)::bigint FROM (
+			SELECT tool, figure, value FROM airlock_rollup_hour WHERE hour >= $1 AND hour < $2
+			UNION ALL SELECT tool, figure, value FROM airlock_rollup WHERE minute >= $3 AND minute < $4
+			UNION ALL SELECT tool, figure, value FROM airlock_rollup WHERE minute >= $5 AND minute < $6) AS r
+		GROUP BY tool, figure`, spans...)
 	if err != nil {
 		return nil, err
 	}
@@ -303,8 +344,11 @@ func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.F
 	}); err != nil {
 		return nil, err
 	}
-	rows, err = s.pool.Query(ctx, `SELECT tool, calls, COUNT(*) FROM airlock_run_calls
-		WHERE minute >= $1 AND minute < $2 GROUP BY tool, calls`, from, to)
+	rows, err = s.pool.Query(ctx, `SELECT tool, calls, SUM(runs)::bigint FROM (
+			SELECT tool, calls, runs FROM airlock_run_hist WHERE hour >= $1 AND hour < $2
+			UNION ALL SELECT tool, calls, 1 FROM airlock_run_calls WHERE minute >= $3 AND minute < $4
+			UNION ALL SELECT tool, calls, 1 FROM airlock_run_calls WHERE minute >= $5 AND minute < $6) AS r
+		GROUP BY tool, calls HAVING SUM(runs) > 0`, spans...)
 	if err != nil {
 		return nil, err
 	}

@@ -205,33 +205,40 @@ func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, 
 	return n, err
 }
 
-// PurgeFigures implements airlock.FigureStore.
+// PurgeFigures implements airlock.FigureStore: minute rows before
+// before's minute, hour rows of hours that ended by then.
 func (s *Store) PurgeFigures(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n int
+	minute := airlock.RollupMinute(before)
+	hour := airlock.RollupHour(minute)
+	n := 0
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		minute := airlock.RollupMinute(before)
-		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_rollup WHERE (minute, tool, figure) IN (
-			SELECT minute, tool, figure FROM airlock_rollup WHERE minute < ? ORDER BY minute LIMIT ?)`, minute, limit)
-		if err != nil {
-			return err
+		n = 0
+		for _, q := range []struct {
+			sql string
+			arg int64
+		}{
+			{`DELETE FROM airlock_rollup WHERE (minute, tool, figure) IN (SELECT minute, tool, figure FROM airlock_rollup WHERE minute < ? ORDER BY minute LIMIT ?)`, minute},
+			{`DELETE FROM airlock_rollup_hour WHERE (hour, tool, figure) IN (SELECT hour, tool, figure FROM airlock_rollup_hour WHERE hour < ? ORDER BY hour LIMIT ?)`, hour},
+			{`DELETE FROM airlock_run_calls WHERE (tool, run_id) IN (SELECT tool, run_id FROM airlock_run_calls WHERE minute < ? ORDER BY minute LIMIT ?)`, minute},
+			{`DELETE FROM airlock_run_hist WHERE (hour, tool, calls) IN (SELECT hour, tool, calls FROM airlock_run_hist WHERE hour < ? ORDER BY hour LIMIT ?)`, hour},
+		} {
+			if n >= limit {
+				return nil
+			}
+			res, err := tx.ExecContext(ctx, q.sql, q.arg, limit-n)
+			if err != nil {
+				return err
+			}
+			n += int(rowsAffected(res))
 		}
-		n = int(rowsAffected(res))
-		if n >= limit {
-			return nil
-		}
-		res, err = tx.ExecContext(ctx, `DELETE FROM airlock_run_calls WHERE (tool, run_id) IN (
-			SELECT tool, run_id FROM airlock_run_calls WHERE minute < ? ORDER BY minute LIMIT ?)`, minute, limit-n)
-		if err != nil {
-			return err
-		}
-		n += int(rowsAffected(res))
 		return nil
 	})
 	return n, err
 }
 
-// addRollup adds the sealed events' figures to the rollup, in the sealing
-// transaction: each event is counted once, by the one sealer.
+// addRollup adds the sealed events' figures to the rollup (per minute and
+// per hour) and moves their runs in the histogram of calls per run, in the
+// sealing transaction: each event is counted once, by the one sealer.
 func addRollup(ctx context.Context, tx *sql.Tx, sealed []*airlock.AuditEvent) error {
 	rows, runs := airlock.RollUp(sealed)
 	for _, r := range rows {
@@ -240,21 +247,42 @@ func addRollup(ctx context.Context, tx *sql.Tx, sealed []*airlock.AuditEvent) er
 			return err
 		}
 	}
+	for _, r := range airlock.ByHour(rows) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_rollup_hour (hour, tool, figure, value) VALUES (?, ?, ?, ?)
+			ON CONFLICT (hour, tool, figure) DO UPDATE SET value = value + excluded.value`, r.Minute, r.Tool, r.Figure, r.Value); err != nil {
+			return err
+		}
+	}
+	changes := make([]airlock.RunCallsChange, 0, len(runs))
 	for _, r := range runs {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_run_calls (tool, run_id, minute, calls) VALUES (?, ?, ?, ?)
-			ON CONFLICT (tool, run_id) DO UPDATE SET calls = calls + excluded.calls`, r.Tool, r.RunID, r.Minute, r.Calls); err != nil {
+		var after, minute int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO airlock_run_calls (tool, run_id, minute, calls) VALUES (?, ?, ?, ?)
+			ON CONFLICT (tool, run_id) DO UPDATE SET calls = calls + excluded.calls RETURNING calls, minute`,
+			r.Tool, r.RunID, r.Minute, r.Calls).Scan(&after, &minute); err != nil {
+			return err
+		}
+		changes = append(changes, airlock.RunCallsChange{Tool: r.Tool, Minute: minute, Before: after - r.Calls, After: after})
+	}
+	for _, h := range airlock.RunHistDelta(changes) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_run_hist (hour, tool, calls, runs) VALUES (?, ?, ?, ?)
+			ON CONFLICT (hour, tool, calls) DO UPDATE SET runs = runs + excluded.runs`, h.Hour, h.Tool, h.Calls, h.Runs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Figures implements airlock.FigureStore.
+// Figures implements airlock.FigureStore: whole hours from the hour
+// tables, the minutes at the period's edges from the minute tables.
 func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error) {
-	from, to := airlock.RollupMinute(since), airlock.RollupMinute(until)
+	sp := airlock.SpansOf(since, until)
+	spans := []any{sp.Hours[0], sp.Hours[1], sp.Minutes[0][0], sp.Minutes[0][1], sp.Minutes[1][0], sp.Minutes[1][1]}
 	f := &airlock.Figures{ByTool: map[string]map[string]int64{}, RunsByCalls: map[string]map[int64]int64{}}
-	rows, err := s.read.QueryContext(ctx, `SELECT tool, figure, SUM(value) FROM airlock_rollup
-		WHERE minute >= ? AND minute < ? GROUP BY tool, figure`, from, to)
+	rows, err := s.read.QueryContext(ctx, `SELECT tool, figure, SUM(value) FROM (
+			SELECT tool, figure, value FROM airlock_rollup_hour WHERE hour >= ? AND hour < ?
+			UNION ALL SELECT tool, figure, value FROM airlock_rollup WHERE minute >= ? AND minute < ?
+			UNION ALL SELECT tool, figure, value FROM airlock_rollup WHERE minute >= ? AND minute < ?)
+		GROUP BY tool, figure`, spans...)
 	if err != nil {
 		return nil, err
 	}
@@ -273,8 +301,11 @@ func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.F
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	runs, err := s.read.QueryContext(ctx, `SELECT tool, calls, COUNT(*) FROM airlock_run_calls
-		WHERE minute >= ? AND minute < ? GROUP BY tool, calls`, from, to)
+	runs, err := s.read.QueryContext(ctx, `SELECT tool, calls, SUM(runs) FROM (
+			SELECT tool, calls, runs FROM airlock_run_hist WHERE hour >= ? AND hour < ?
+			UNION ALL SELECT tool, calls, 1 FROM airlock_run_calls WHERE minute >= ? AND minute < ?
+			UNION ALL SELECT tool, calls, 1 FROM airlock_run_calls WHERE minute >= ? AND minute < ?)
+		GROUP BY tool, calls HAVING SUM(runs) > 0`, spans...)
 	if err != nil {
 		return nil, err
 	}

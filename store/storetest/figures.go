@@ -64,6 +64,65 @@ func RunFigures(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("AnyPeriodSumsItsMinutes", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		ctx := context.Background()
+		now := time.Now().UTC().Truncate(time.Hour).Add(17*time.Minute + 30*time.Second)
+		events, _ := mixedEvents(now, 2000, 5)
+		must(t, s.AppendAudit(ctx, events))
+		for {
+			n, err := s.SealAudit(ctx, 500)
+			must(t, err)
+			if n == 0 {
+				break
+			}
+		}
+		// The expected figures fold the events per minute, then sum the
+		// minutes of the period: what the hour rows must agree with.
+		rows, runs := airlock.RollUp(events)
+		for _, p := range []struct {
+			name         string
+			since, until time.Time
+		}{
+			{"whole hours", now.Truncate(time.Hour).Add(-20 * time.Hour), now.Truncate(time.Hour).Add(-2 * time.Hour)},
+			{"ragged edges", now.Add(-20*time.Hour - 13*time.Minute), now.Add(-3*time.Hour + 41*time.Minute)},
+			{"inside one hour", now.Add(-5*time.Hour + 3*time.Minute), now.Add(-5*time.Hour + 29*time.Minute)},
+			{"across one boundary", now.Add(-5 * time.Hour), now.Add(-4*time.Hour + 30*time.Minute)},
+			{"two days", now.Add(-48 * time.Hour), now.Add(time.Minute)},
+		} {
+			from, to := airlock.RollupMinute(p.since), airlock.RollupMinute(p.until)
+			want := map[string]map[string]int64{}
+			for _, r := range rows {
+				if r.Minute < from || r.Minute >= to {
+					continue
+				}
+				if want[r.Tool] == nil {
+					want[r.Tool] = map[string]int64{}
+				}
+				want[r.Tool][r.Figure] += r.Value
+			}
+			wantRuns := map[string]map[int64]int64{}
+			for _, r := range runs {
+				if r.Minute < from || r.Minute >= to {
+					continue
+				}
+				if wantRuns[r.Tool] == nil {
+					wantRuns[r.Tool] = map[int64]int64{}
+				}
+				wantRuns[r.Tool][r.Calls]++
+			}
+			got, err := s.Figures(ctx, p.since, p.until)
+			must(t, err)
+			if fmt.Sprint(got.ByTool) != fmt.Sprint(want) {
+				t.Errorf("%s: figures\n%v\nwant\n%v", p.name, got.ByTool, want)
+			}
+			if fmt.Sprint(got.RunsByCalls) != fmt.Sprint(wantRuns) {
+				t.Errorf("%s: runs by calls\n%v\nwant\n%v", p.name, got.RunsByCalls, wantRuns)
+			}
+		}
+	})
+
 	t.Run("ReportMatchesAnIndependentCount", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
