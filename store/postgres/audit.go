@@ -325,13 +325,30 @@ func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.F
 	sp := airlock.SpansOf(since, until)
 	spans := []any{sp.Hours[0], sp.Hours[1], sp.Minutes[0][0], sp.Minutes[0][1], sp.Minutes[1][0], sp.Minutes[1][1]}
 	f := &airlock.Figures{ByTool: map[string]map[string]int64{}, RunsByCalls: map[string]map[int64]int64{}}
-	rows, err := s.pool.Query(ctx, `SELECT tool, figure, SUM(value)::bigint FROM (
+	// One snapshot for both reads, without parallel workers: the reads are
+	// a few thousand rows by index, and starting workers costs more than
+	// they save (a day's figures took 40 ms with them, 2 ms without, on
+	// 1M events; docs/BENCHMARKS.md).
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0`); err != nil {
+			return err
+		}
+		return figuresIn(ctx, tx, spans, f)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func figuresIn(ctx context.Context, tx pgx.Tx, spans []any, f *airlock.Figures) error {
+	rows, err := tx.Query(ctx, `SELECT tool, figure, SUM(value)::bigint FROM (
 			SELECT tool, figure, value FROM airlock_rollup_hour WHERE hour >= $1 AND hour < $2
 			UNION ALL SELECT tool, figure, value FROM airlock_rollup WHERE minute >= $3 AND minute < $4
 			UNION ALL SELECT tool, figure, value FROM airlock_rollup WHERE minute >= $5 AND minute < $6) AS r
 		GROUP BY tool, figure`, spans...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var tool, figure string
 	var n int64
@@ -342,27 +359,25 @@ func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.F
 		f.ByTool[tool][figure] = n
 		return nil
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	rows, err = s.pool.Query(ctx, `SELECT tool, calls, SUM(runs)::bigint FROM (
+	rows, err = tx.Query(ctx, `SELECT tool, calls, SUM(runs)::bigint FROM (
 			SELECT tool, calls, runs FROM airlock_run_hist WHERE hour >= $1 AND hour < $2
 			UNION ALL SELECT tool, calls, 1 FROM airlock_run_calls WHERE minute >= $3 AND minute < $4
 			UNION ALL SELECT tool, calls, 1 FROM airlock_run_calls WHERE minute >= $5 AND minute < $6) AS r
 		GROUP BY tool, calls HAVING SUM(runs) > 0`, spans...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var calls int64
-	if _, err := pgx.ForEachRow(rows, []any{&tool, &calls, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&tool, &calls, &n}, func() error {
 		if f.RunsByCalls[tool] == nil {
 			f.RunsByCalls[tool] = map[int64]int64{}
 		}
 		f.RunsByCalls[tool][calls] = n
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return f, nil
+	})
+	return err
 }
 
 // AuditTrail implements airlock.AuditStore. Sealed events of a key are
