@@ -65,6 +65,21 @@ const (
 	OutcomeNotSent                          // the request never left (connection refused)
 )
 
+// String names the kind: succeeded, failed, unknown or not_sent.
+func (k OutcomeKind) String() string {
+	switch k {
+	case OutcomeSucceeded:
+		return "succeeded"
+	case OutcomeFailed:
+		return "failed"
+	case OutcomeUnknown:
+		return "unknown"
+	case OutcomeNotSent:
+		return "not_sent"
+	}
+	return "OutcomeKind(" + strconv.Itoa(int(k)) + ")"
+}
+
 // Outcome is a side effect's report.
 type Outcome struct {
 	Kind   OutcomeKind
@@ -115,6 +130,9 @@ type GuardConfig struct {
 	Logger *slog.Logger
 	// Observer is told of every side-effect attempt (metrics). Default: none.
 	Observer Observer
+	// Tracer makes spans of the claim, the side effect, the completion and
+	// a repeat served (package tracing). Default: none (no span work at all).
+	Tracer Tracer
 	// AuditBuffer is how many answer events (repeat served, conflict, …)
 	// wait in memory to be written. Default 16384.
 	AuditBuffer int
@@ -154,6 +172,7 @@ type Guard struct {
 	backoff  time.Duration
 	redrive  Redriver
 	observer Observer
+	tracer   Tracer
 	events   *eventBuffer
 	log      *slog.Logger
 	cache    *recordCache
@@ -185,6 +204,7 @@ func NewGuard(store GuardStore, cfg *GuardConfig) *Guard {
 		backoff:  cfg.RetryBackoff,
 		redrive:  cfg.Redrive,
 		observer: cfg.Observer,
+		tracer:   cfg.Tracer,
 		log:      cfg.Logger,
 		hub:      newHub(),
 	}
@@ -412,7 +432,15 @@ func (g *Guard) claim(ctx context.Context, p *prepared) (*Record, *Answer, error
 		LeaseUntil: p.start.Add(g.lease), ExpiresAt: p.expiresAt, Actor: ActorFrom(ctx),
 	}
 	for attempt := 0; ; attempt++ {
-		rec, claimed, err := g.store.Claim(ctx, c)
+		sctx, span := ctx, Span(nil)
+		if g.tracer != nil {
+			sctx, span = g.tracer.Start(ctx, SpanClaim, Attr{AttrToolName, p.tool.Name}, Attr{AttrKey, p.key}, Attr{AttrWindow, p.windowID}, Attr{AttrRunID, p.runID})
+		}
+		rec, claimed, err := g.store.Claim(sctx, c)
+		if span != nil {
+			span.Set(Attr{AttrClaimed, claimed})
+			span.End(err)
+		}
 		if err != nil {
 			return nil, nil, storeErr("claim", err)
 		}
@@ -478,8 +506,16 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 
 	var out Outcome
 	sentOnce, timedOut := false, false
+	// The side effect's span is the upstream's parent (its traceparent
+	// goes out beside the key); one span for all attempts, which share it.
+	ectx, span := ctx, Span(nil)
+	if g.tracer != nil {
+		ectx, span = g.tracer.Start(ctx, SpanSideEffect, Attr{AttrToolName, tool.Name}, Attr{AttrKey, rec.Key})
+	}
+	attempts := 0
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
+		attempts++
+		actx, cancel := context.WithTimeout(ectx, tool.TimeoutOr())
 		began := time.Now()
 		out = g.run(actx, fn, rec.Key)
 		timedOut = errors.Is(actx.Err(), context.DeadlineExceeded)
@@ -505,6 +541,14 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 		}
 	}
 
+	if span != nil {
+		span.Set(Attr{AttrOutcome, out.Kind.String()}, Attr{AttrTimedOut, timedOut}, Attr{AttrAttempts, attempts})
+		if out.Kind == OutcomeUnknown || out.Kind == OutcomeNotSent {
+			span.End(out.Err)
+		} else {
+			span.End(nil)
+		}
+	}
 	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: out.Result, Actor: ActorFrom(ctx)}
 	switch out.Kind {
 	case OutcomeNotSent:
@@ -528,15 +572,22 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 			comp.Note += ": " + out.Err.Error()
 		}
 	}
-	err := g.retryStore(ctx, func(ctx context.Context) error {
+	cctx, cspan := ctx, Span(nil)
+	if g.tracer != nil {
+		cctx, cspan = g.tracer.Start(ctx, SpanComplete, Attr{AttrToolName, tool.Name}, Attr{AttrKey, rec.Key}, Attr{AttrRecordState, string(comp.State)})
+	}
+	err := g.retryStore(cctx, func(ctx context.Context) error {
 		comp.Now = g.clock.Now()
 		comp.TimedOut, comp.Took = timedOut, max(0, comp.Now.Sub(rec.CreatedAt))
 		return g.store.Complete(ctx, comp)
 	})
-	if errors.Is(err, ErrLeaseLost) && g.recorded(ctx, comp) {
+	if errors.Is(err, ErrLeaseLost) && g.recorded(cctx, comp) {
 		// The store committed this outcome but lost the reply and, retrying,
 		// found the record no longer running.
 		err = nil
+	}
+	if cspan != nil {
+		cspan.End(err)
 	}
 	g.hub.notify(rec.Key)
 	if err != nil {
@@ -598,7 +649,19 @@ func (g *Guard) retryStore(ctx context.Context, f func(context.Context) error) e
 func (g *Guard) answerExisting(ctx context.Context, p *prepared, rec *Record) (a *Answer, err error) {
 	tool := p.tool
 	first := rec // rec is replaced below by the waited-for record, which may be nil
-	defer func() { g.auditAnswer(ctx, tool, first, p.args, p.runID, a, err) }()
+	var span Span
+	if g.tracer != nil {
+		ctx, span = g.tracer.Start(ctx, SpanRepeatServed, Attr{AttrToolName, tool.Name}, Attr{AttrKey, rec.Key}, Attr{AttrRecordState, string(rec.State)})
+	}
+	defer func() {
+		if span != nil {
+			if a != nil {
+				span.Set(Attr{AttrStatus, string(a.Status)})
+			}
+			span.End(err)
+		}
+		g.auditAnswer(ctx, tool, first, p.args, p.runID, a, err)
+	}()
 	var conflict *Conflict
 	if rec.ArgsHash != p.hash {
 		// The first call's arguments come back from the store as bytes;

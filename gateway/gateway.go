@@ -71,6 +71,11 @@ type Config struct {
 	// DefaultRunID is the run of MCP calls that name none (no _meta, no
 	// header, no session id: stdio). Default: none.
 	DefaultRunID string
+	// Tracer makes an execute_tool span of each call, continuing the
+	// caller's W3C traceparent (header, or MCP _meta), and passes the trace
+	// on to upstreams. Default: none (no spans; the caller's traceparent
+	// is still passed on).
+	Tracer airlock.Tracer
 }
 
 // Store is what the gateway reads of the store: /readyz pings it,
@@ -99,6 +104,7 @@ type Gateway struct {
 	metrics *metrics.Metrics
 	gather  prometheus.Gatherer
 	ui      http.Handler
+	tracer  airlock.Tracer // nil: no spans
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -110,7 +116,7 @@ func New(cfg Config) (*Gateway, error) {
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
 		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
-		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI,
+		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI, tracer: cfg.Tracer,
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody
@@ -149,16 +155,66 @@ type CallRequest struct {
 	Tool  string          `json:"tool"`
 	Args  json.RawMessage `json:"args"`
 	RunID string          `json:"run_id,omitempty"`
+
+	// Transport ("mcp" or "http") and CallID (the JSON-RPC request id, or
+	// the HTTP request's X-Request-Id) name the call in its span.
+	Transport string `json:"-"`
+	CallID    string `json:"-"`
+	// TraceParent and TraceState are the caller's W3C trace context.
+	TraceParent, TraceState string `json:"-"`
 }
 
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
 // input, refusals and an unreachable store: in each case nothing ran.
 func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
+	var span airlock.Span
+	if g.tracer != nil {
+		ctx = g.tracer.Continue(ctx, req.TraceParent, req.TraceState)
+		ctx, span = g.tracer.Start(ctx, airlock.SpanExecuteTool+" "+req.Tool,
+			airlock.Attr{Key: airlock.AttrOperationName, Value: airlock.SpanExecuteTool},
+			airlock.Attr{Key: airlock.AttrToolName, Value: req.Tool},
+			airlock.Attr{Key: airlock.AttrToolType, Value: "function"},
+			airlock.Attr{Key: airlock.AttrToolCallID, Value: req.CallID},
+			airlock.Attr{Key: airlock.AttrRunID, Value: req.RunID},
+			airlock.Attr{Key: airlock.AttrTransport, Value: req.Transport})
+	} else if req.TraceParent != "" {
+		ctx = withPassedTrace(ctx, req.TraceParent, req.TraceState)
+	}
 	a, err := g.call(ctx, req)
+	if span != nil {
+		if a != nil {
+			span.Set(airlock.Attr{Key: airlock.AttrStatus, Value: string(a.Status)}, airlock.Attr{Key: airlock.AttrRepeat, Value: a.Repeat})
+			if a.Plan != nil {
+				span.Set(airlock.Attr{Key: airlock.AttrPlanID, Value: a.Plan.ID}, airlock.Attr{Key: airlock.AttrPlanStatus, Value: string(a.Plan.Status)})
+			}
+		}
+		span.End(err)
+	}
 	if g.metrics != nil {
 		g.observe(req, a, err)
 	}
 	return a, err
+}
+
+// traceOf is the trace context to pass to an upstream: the current span's
+// when tracing, else the caller's own traceparent, passed through as it
+// came.
+func (g *Gateway) traceOf(ctx context.Context) (traceparent, tracestate string) {
+	if g.tracer != nil {
+		return g.tracer.Parent(ctx)
+	}
+	if t, ok := ctx.Value(passedTraceKey{}).(passedTrace); ok {
+		return t.parent, t.state
+	}
+	return "", ""
+}
+
+type passedTraceKey struct{}
+
+type passedTrace struct{ parent, state string }
+
+func withPassedTrace(ctx context.Context, parent, state string) context.Context {
+	return context.WithValue(ctx, passedTraceKey{}, passedTrace{parent, state})
 }
 
 // observe feeds the metrics: the call's outcome, repeats, plans, and the
@@ -219,7 +275,8 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 	if tool.Kind == airlock.KindRead {
 		ctx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
 		defer cancel()
-		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon})
+		tp, ts := g.traceOf(ctx)
+		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, TraceParent: tp, TraceState: ts})
 		switch out.Kind {
 		case airlock.OutcomeSucceeded:
 			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result}, nil
@@ -232,7 +289,8 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 	}
 	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID},
 		func(ctx context.Context, key string) airlock.Outcome {
-			return caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, Key: key})
+			tp, ts := g.traceOf(ctx)
+			return caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, Key: key, TraceParent: tp, TraceState: ts})
 		})
 }
 

@@ -82,6 +82,8 @@ func (g *Gateway) handleCall(w http.ResponseWriter, r *http.Request) {
 	if req.RunID == "" {
 		req.RunID = r.Header.Get(RunHeader)
 	}
+	req.Transport, req.CallID = "http", r.Header.Get("X-Request-Id")
+	req.TraceParent, req.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")
 	a, err := g.Call(r.Context(), &req)
 	if err != nil {
 		writeError(w, g.log, err)

@@ -116,7 +116,17 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		if len(args) == 0 || string(args) == "null" {
 			args = json.RawMessage(`{}`)
 		}
-		a, err := g.Call(ctx, &CallRequest{Tool: name, Args: args, RunID: run})
+		// The SDK does not tell a handler its JSON-RPC request id; a call id
+		// comes only from _meta, when the client sends one.
+		creq := &CallRequest{Tool: name, Args: args, RunID: run, Transport: "mcp"}
+		creq.CallID, _ = req.Params.Meta[MetaCallID].(string)
+		// The trace context: _meta (any transport), else the HTTP headers.
+		creq.TraceParent, _ = req.Params.Meta[metaTraceParent].(string)
+		creq.TraceState, _ = req.Params.Meta[metaTraceState].(string)
+		if creq.TraceParent == "" && req.Extra != nil && req.Extra.Header != nil {
+			creq.TraceParent, creq.TraceState = req.Extra.Header.Get("traceparent"), req.Extra.Header.Get("tracestate")
+		}
+		a, err := g.Call(ctx, creq)
 		if err != nil {
 			e := asError(err)
 			if e.Code == airlock.CodeInternal || e.Code == airlock.CodeStoreUnavailable {
@@ -139,6 +149,16 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		return res, nil
 	}
 }
+
+// _meta fields of a tools/call besides the run: the W3C trace context
+// (named as its headers are) and the model's tool call id.
+const (
+	metaTraceParent = "traceparent"
+	metaTraceState  = "tracestate"
+	// MetaCallID is the _meta field that may carry the model's tool call
+	// id (gen_ai.tool.call.id in the call's span).
+	MetaCallID = "io.airlock/call-id"
+)
 
 func runFromMeta(m mcp.Meta) string {
 	if m == nil {

@@ -213,7 +213,12 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 			return
 		}
 		p, _ := PrincipalFrom(r.Context())
-		plan, err := g.plans.Decide(r.Context(), airlock.PlanDecision{
+		ctx := r.Context()
+		if g.tracer != nil {
+			// The decision's span joins the approver's trace, when it has one.
+			ctx = g.tracer.Continue(ctx, r.Header.Get("traceparent"), r.Header.Get("tracestate"))
+		}
+		plan, err := g.plans.Decide(ctx, airlock.PlanDecision{
 			ID: r.PathValue("id"), Approve: approve, By: p.Name, Role: p.Role, Reason: req.Reason, DecisionHash: req.DecisionHash,
 		})
 		if err != nil {

@@ -55,6 +55,9 @@ type Config struct {
 	Clock airlock.Clock
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Tracer makes the propose, decide and commit spans and passes the
+	// trace on to the lookup and commit upstreams. Default: none.
+	Tracer airlock.Tracer
 }
 
 // Service runs plans.
@@ -95,7 +98,40 @@ func newID() string {
 // Propose makes the plan for a call of an irreversible tool, or returns the
 // existing plan for the same key (repeat true). Facts come from the tool's
 // lookup; a lookup that fails leaves the plan to a person.
-func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, args *airlock.Args, runID string) (*airlock.Plan, bool, error) {
+func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, args *airlock.Args, runID string) (p *airlock.Plan, repeat bool, err error) {
+	if t := s.cfg.Tracer; t != nil {
+		var span airlock.Span
+		name := ""
+		if tool != nil {
+			name = tool.Name
+		}
+		ctx, span = t.Start(ctx, airlock.SpanPlanPropose, airlock.Attr{Key: airlock.AttrToolName, Value: name}, airlock.Attr{Key: airlock.AttrRunID, Value: runID})
+		defer func() {
+			if p != nil {
+				span.Set(planAttrs(p)...)
+				span.Set(airlock.Attr{Key: airlock.AttrRepeat, Value: repeat})
+			}
+			span.End(err)
+		}()
+	}
+	return s.propose(ctx, tool, args, runID)
+}
+
+// planAttrs are a plan's span attributes: never its arguments or facts.
+func planAttrs(p *airlock.Plan) []airlock.Attr {
+	return []airlock.Attr{{Key: airlock.AttrPlanID, Value: p.ID}, {Key: airlock.AttrPlanStatus, Value: string(p.Status)},
+		{Key: airlock.AttrPlanDecision, Value: p.Decision}, {Key: airlock.AttrPlanRule, Value: p.Rule}, {Key: airlock.AttrKey, Value: p.Key}}
+}
+
+// traceOf is the trace context to pass to an upstream.
+func (s *Service) traceOf(ctx context.Context) (string, string) {
+	if s.cfg.Tracer == nil {
+		return "", ""
+	}
+	return s.cfg.Tracer.Parent(ctx)
+}
+
+func (s *Service) propose(ctx context.Context, tool *airlock.Tool, args *airlock.Args, runID string) (*airlock.Plan, bool, error) {
 	if tool == nil || tool.Kind != airlock.KindIrreversible || tool.Approval == nil {
 		return nil, false, airlock.FieldErrorf(airlock.CodeNotCallable, "tool", "only irreversible tools are planned")
 	}
@@ -175,7 +211,8 @@ func (s *Service) lookup(ctx context.Context, tool *airlock.Tool, args map[strin
 	ctx, cancel := context.WithTimeout(ctx, rt.TimeoutOr())
 	defer cancel()
 	b, _ := json.Marshal(largs)
-	out := c.Call(ctx, &upstream.Request{Tool: rt, Args: b})
+	tp, ts := s.traceOf(ctx)
+	out := c.Call(ctx, &upstream.Request{Tool: rt, Args: b, TraceParent: tp, TraceState: ts})
 	if out.Kind != airlock.OutcomeSucceeded {
 		if out.Err != nil {
 			return nil, fmt.Errorf("lookup %s: %v", l.Tool, out.Err)
@@ -194,7 +231,22 @@ func (s *Service) lookup(ctx context.Context, tool *airlock.Tool, args map[strin
 // plan still awaiting and not past its expiry), audited with the decider's
 // name, its commit enqueued when approved, and the plan's wait observed.
 // d.Now is set here, from the service's clock.
-func (s *Service) Decide(ctx context.Context, d airlock.PlanDecision) (*airlock.Plan, error) {
+func (s *Service) Decide(ctx context.Context, d airlock.PlanDecision) (p *airlock.Plan, err error) {
+	if t := s.cfg.Tracer; t != nil {
+		var span airlock.Span
+		ctx, span = t.Start(ctx, airlock.SpanPlanDecide, airlock.Attr{Key: airlock.AttrPlanID, Value: d.ID},
+			airlock.Attr{Key: airlock.AttrDecidedBy, Value: d.By}, airlock.Attr{Key: "airlock.plan.approve", Value: d.Approve})
+		defer func() {
+			if p != nil {
+				span.Set(planAttrs(p)...)
+			}
+			span.End(err)
+		}()
+	}
+	return s.decide(ctx, d)
+}
+
+func (s *Service) decide(ctx context.Context, d airlock.PlanDecision) (*airlock.Plan, error) {
 	if d.ID == "" {
 		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "plan_id", "required: the id of the plan to decide")
 	}
@@ -299,7 +351,21 @@ var ErrRetry = errors.New("plan: the commit is still running elsewhere; retry la
 // Commit runs an approved plan's tool through the guarded call with the
 // plan's key; the result lands on the plan. Running it again (a retried or
 // rescued job) executes nothing twice: the record answers.
-func (s *Service) Commit(ctx context.Context, id string) error {
+func (s *Service) Commit(ctx context.Context, id string) (err error) {
+	if t := s.cfg.Tracer; t != nil {
+		var span airlock.Span
+		ctx, span = t.Start(ctx, airlock.SpanPlanCommit, airlock.Attr{Key: airlock.AttrPlanID, Value: id})
+		defer func() {
+			if p, gerr := s.cfg.Store.GetPlan(context.WithoutCancel(ctx), id); gerr == nil {
+				span.Set(planAttrs(p)...)
+			}
+			span.End(err)
+		}()
+	}
+	return s.commit(ctx, id)
+}
+
+func (s *Service) commit(ctx context.Context, id string) error {
 	p, err := s.cfg.Store.GetPlan(ctx, id)
 	if err != nil {
 		return err
@@ -331,7 +397,8 @@ func (s *Service) Commit(ctx context.Context, id string) error {
 	commitTool.RespondWithin = nil // the worker waits for the outcome
 	ans, err := s.cfg.Guard.DoKeyed(ctx, &airlock.KeyedCall{Tool: &commitTool, Key: p.Key, Args: args, RunID: p.RunID},
 		func(ctx context.Context, key string) airlock.Outcome {
-			return c.Call(ctx, &upstream.Request{Tool: tool, Args: args.JSON(), Key: key})
+			tp, ts := s.traceOf(ctx)
+			return c.Call(ctx, &upstream.Request{Tool: tool, Args: args.JSON(), Key: key, TraceParent: tp, TraceState: ts})
 		})
 	if err != nil {
 		if airlock.ErrorCode(err) == airlock.CodeNotSent {

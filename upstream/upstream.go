@@ -20,6 +20,10 @@ type Request struct {
 	// Key is the derived key, to pass downstream (Idempotency-Key header,
 	// MCP _meta); empty for read tools.
 	Key string
+	// TraceParent and TraceState are the W3C trace context of the call
+	// (the traceparent and tracestate headers; MCP _meta), so that the
+	// upstream's spans join the agent's trace. Empty: none.
+	TraceParent, TraceState string
 }
 
 // Caller executes tool calls. Its context carries the tool's timeout.

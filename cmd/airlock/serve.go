@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/examples/withdrawals/payments"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/tracing"
 )
 
 // manifestDir is where a manifest's relative upstream commands are found.
@@ -142,9 +143,14 @@ func cmdServe(e *env, args []string) int {
 		}
 	}
 
+	traces, err := startTracing(e, log)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer stopTracing(traces, log)
 	a, err := app.New(e.ctx, &app.Config{
 		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, Tokens: tokens, Logger: log, Version: version,
-		Lease: *lease, CommitRescueAfter: *rescueAfter, ExpireEvery: *expireEvery,
+		Lease: *lease, CommitRescueAfter: *rescueAfter, ExpireEvery: *expireEvery, Tracer: traces.Tracer(),
 	})
 	if err != nil {
 		return fail(e, "%v", err)
@@ -222,9 +228,14 @@ func cmdMCP(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "%v", err)
 	}
+	traces, err := startTracing(e, log)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	defer stopTracing(traces, log)
 	a, err := app.New(e.ctx, &app.Config{
 		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, DefaultRunID: *run, Logger: log, Version: version, Lease: *lease,
-		ExpireEvery: *expireEvery,
+		ExpireEvery: *expireEvery, Tracer: traces.Tracer(),
 	})
 	if err != nil {
 		return fail(e, "%v", err)
@@ -237,4 +248,26 @@ func cmdMCP(e *env, args []string) int {
 		return fail(e, "%v", err)
 	}
 	return 0
+}
+
+// startTracing sets OpenTelemetry tracing up as the OTEL_* environment
+// variables say (off unless they ask; docs/operations.md, "Traces").
+func startTracing(e *env, log *slog.Logger) (*tracing.Setup, error) {
+	t, err := tracing.FromEnv(e.ctx, version)
+	if err != nil {
+		return nil, err
+	}
+	if t.On() {
+		log.Info("tracing on", "endpoint", t.Endpoint)
+	}
+	return t, nil
+}
+
+// stopTracing sends the spans still buffered, waiting at most 5s.
+func stopTracing(t *tracing.Setup, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("tracing: flushing spans", "err", err)
+	}
 }

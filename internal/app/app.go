@@ -97,6 +97,9 @@ type Config struct {
 	// Registry receives the metrics. Default: a new registry with the Go
 	// and process collectors.
 	Registry *prometheus.Registry
+	// Tracer makes spans of calls, the guard's stages and plans (package
+	// tracing). Default: none.
+	Tracer airlock.Tracer
 }
 
 // App is one assembled server.
@@ -189,9 +192,9 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	}
 	a.Guard = airlock.NewGuard(a.Store, &airlock.GuardConfig{
 		Redrive: a.redrive, Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics,
-		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff, Retention: m.Retention.RecordsOr(),
+		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff, Retention: m.Retention.RecordsOr(), Tracer: cfg.Tracer,
 	})
-	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log}); err != nil {
+	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log, Tracer: cfg.Tracer}); err != nil {
 		return nil, err
 	}
 	tokens := cfg.Tokens
@@ -206,6 +209,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	if a.Gateway, err = gateway.New(gateway.Config{
 		Manifest: m, Guard: a.Guard, Store: a.Store, Upstreams: a.upstreams, Funcs: cfg.Funcs, Tokens: tokens, Logger: a.log,
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
+		Tracer: cfg.Tracer,
 	}); err != nil {
 		return nil, err
 	}

@@ -104,6 +104,12 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 	if req.Key != "" {
 		hreq.Header.Set("Idempotency-Key", req.Key)
 	}
+	if req.TraceParent != "" {
+		hreq.Header.Set("traceparent", req.TraceParent)
+		if req.TraceState != "" {
+			hreq.Header.Set("tracestate", req.TraceState)
+		}
+	}
 	resp, err := c.client.Do(hreq)
 	if err != nil {
 		if !wrote.Load() && neverSent(err) {

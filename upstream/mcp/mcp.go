@@ -23,6 +23,13 @@ import (
 // MetaKey is the _meta field that carries the derived key.
 const MetaKey = "io.airlock/idempotency-key"
 
+// MetaTraceParent and MetaTraceState are the _meta fields of the W3C trace
+// context (named as the headers are).
+const (
+	MetaTraceParent = "traceparent"
+	MetaTraceState  = "tracestate"
+)
+
 // Client calls tools of one MCP server, opening the session on first use
 // and again after it breaks.
 type Client struct {
@@ -102,8 +109,18 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: fmt.Errorf("connecting to the MCP server: %w", err)}
 	}
 	params := &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(req.Args)}
+	if req.Key != "" || req.TraceParent != "" {
+		params.Meta = sdk.Meta{}
+	}
 	if req.Key != "" {
-		params.Meta = sdk.Meta{MetaKey: req.Key}
+		params.Meta[MetaKey] = req.Key
+	}
+	if req.TraceParent != "" {
+		// The W3C trace context in _meta, as MCP servers that trace read it.
+		params.Meta[MetaTraceParent] = req.TraceParent
+		if req.TraceState != "" {
+			params.Meta[MetaTraceState] = req.TraceState
+		}
 	}
 	res, err := s.CallTool(ctx, params)
 	if err != nil {
