@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -32,6 +33,7 @@ func cmdBench(e *env, args []string) int {
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each side effect takes (default 0; race: 5ms)")
 	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http or mcp (http and mcp also measure direct and core in the same run)")
 	compareAudit := fs.Bool("compare-audit", false, "also run the workload without audit events and metrics, and report the cost of having them")
+	compareTracing := fs.Bool("compare-tracing", false, "run the --through path (default http) with OpenTelemetry tracing off and on (every span sampled, OTLP/HTTP to a collector on loopback), and report the cost")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -58,6 +60,12 @@ func cmdBench(e *env, args []string) int {
 		return fail(e, "%v", err)
 	}
 	cfg.Store = kind
+	if *compareTracing {
+		if *through == "" {
+			*through = bench.ThroughHTTP
+		}
+		return benchCompareTracing(e, *db, cfg, *through)
+	}
 	if *through != "" {
 		return benchThrough(e, *db, cfg, *through)
 	}
@@ -114,7 +122,7 @@ func cmdBench(e *env, args []string) int {
 // first measures a direct call and the core path on fresh keys, so the
 // added cost is read from one run.
 func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
-	th, err := bench.StartThrough(e.ctx, dsn)
+	th, err := bench.StartThrough(e.ctx, dsn, nil)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
@@ -208,6 +216,89 @@ func benchCompareAudit(e *env, on airlock.Store, dsn string, cfg bench.Config) i
 		return fail(e, "%v", err)
 	}
 	if !onRes.OK {
+		return 1
+	}
+	return 0
+}
+
+// benchCompareTracing measures one call path with tracing off and on, in
+// the order off, on, on, off on fresh keys, so each side sees the
+// database at the same sizes.
+func benchCompareTracing(e *env, dsn string, cfg bench.Config, path string) int {
+	switch path {
+	case bench.ThroughCore, bench.ThroughHTTP, bench.ThroughMCP:
+	default:
+		return fail(e, "--compare-tracing measures --through core, http or mcp, not %q", path)
+	}
+	space := cfg.KeySpace
+	if space == "" {
+		space = fmt.Sprintf("trace-%d", time.Now().UnixNano())
+	}
+	var spans int64
+	run := func(traced bool, suffix string) (bench.Result, error) {
+		var traces *bench.Traces
+		var tcfg bench.ThroughConfig
+		if traced {
+			var err error
+			if traces, err = bench.StartTraces(e.ctx); err != nil {
+				return bench.Result{}, err
+			}
+			tcfg.Tracer = traces.Tracer
+		}
+		th, err := bench.StartThrough(e.ctx, dsn, &tcfg)
+		if err != nil {
+			return bench.Result{}, err
+		}
+		c, err := th.Caller(e.ctx, path)
+		if err != nil {
+			th.Close()
+			return bench.Result{}, err
+		}
+		run := cfg
+		run.KeySpace = space + suffix
+		res := bench.Run(e.ctx, c, run)
+		res.Through = path
+		th.Close()
+		lost := th.AuditLost()
+		res.AuditLost = &lost
+		res.OK = res.OK && lost == 0
+		if traces != nil {
+			ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+			defer cancel()
+			n, _, _, err := traces.Close(ctx)
+			if err != nil {
+				return res, fmt.Errorf("exporting spans: %w", err)
+			}
+			spans += n
+		}
+		return res, nil
+	}
+	var results [4]bench.Result
+	for i, traced := range []bool{false, true, true, false} {
+		r, err := run(traced, fmt.Sprintf("-%d", i))
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		results[i] = r
+	}
+	on := results[1]
+	on.CallsPerS = math.Round((results[1].CallsPerS+results[2].CallsPerS)/2*10) / 10
+	off := math.Round((results[0].CallsPerS+results[3].CallsPerS)/2*10) / 10
+	on.TracingOffCallsPerS = off
+	on.SpansExported = &spans
+	on.OK = results[0].OK && results[1].OK && results[2].OK && results[3].OK
+	if off > 0 {
+		cost := math.Round((1-on.CallsPerS/off)*1000) / 10
+		on.TracingCostPct = &cost
+		// The bound: tracing costs under 10 % of calls/s.
+		on.OK = on.OK && cost < 10
+	}
+	// Every call made spans (the execute_tool span and the guard's).
+	on.OK = on.OK && spans >= int64(results[1].Calls+results[2].Calls)
+	if err := json.NewEncoder(e.stdout).Encode(on); err != nil {
+		return fail(e, "%v", err)
+	}
+	if !on.OK {
 		return 1
 	}
 	return 0

@@ -168,6 +168,36 @@ func TestMigrateAndBench(t *testing.T) {
 	}
 }
 
+// --compare-tracing runs the gateway path with tracing off and on and
+// exports every call's spans. The cost itself is a benchmark's figure
+// (docs/BENCHMARKS.md), not asserted here: exit 1 (cost over 10 % on a
+// loaded machine) is accepted, wrong or missing figures are not.
+func TestBenchCompareTracing(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "t.db"), "--compare-tracing", "--calls", "200", "--concurrency", "4")
+	var res struct {
+		Through       string   `json:"through"`
+		Calls         int      `json:"calls"`
+		Errors        int      `json:"errors"`
+		Executions    int      `json:"executions"`
+		OffCallsPerS  float64  `json:"tracing_off_calls_per_s"`
+		CostPct       *float64 `json:"tracing_cost_pct"`
+		SpansExported *int64   `json:"spans_exported"`
+	}
+	if (r.code != 0 && r.code != 1) || json.Unmarshal([]byte(r.stdout), &res) != nil {
+		t.Fatalf("bench --compare-tracing: exit %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	// Two traced runs of 200 calls, each call an execute_tool span with
+	// its claim, side effect and completion.
+	if res.Through != "http" || res.Errors != 0 || res.Executions != 200 || res.OffCallsPerS <= 0 || res.CostPct == nil ||
+		res.SpansExported == nil || *res.SpansExported < 2*200*4 {
+		t.Fatalf("bench --compare-tracing: %s", r.stdout)
+	}
+	if r := runCLI(t, "bench", "--compare-tracing", "--through", "direct"); r.code == 0 || !strings.Contains(r.stderr, "--through core, http or mcp") {
+		t.Fatalf("--through direct: %+v", r)
+	}
+}
+
 func TestUnknownCommand(t *testing.T) {
 	t.Parallel()
 	if r := runCLI(t, "frobnicate"); r.code != 2 || !strings.Contains(r.stderr, "unknown command") {

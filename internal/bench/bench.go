@@ -79,6 +79,11 @@ type Result struct {
 	// claims and completions and without metrics, and the cost in percent.
 	AuditOffCallsPerS float64  `json:"audit_off_calls_per_s,omitempty"`
 	AuditCostPct      *float64 `json:"audit_cost_pct,omitempty"`
+	// With --compare-tracing: the same path with tracing off, the cost of
+	// tracing on in percent, and the spans exported while on.
+	TracingOffCallsPerS float64  `json:"tracing_off_calls_per_s,omitempty"`
+	TracingCostPct      *float64 `json:"tracing_cost_pct,omitempty"`
+	SpansExported       *int64   `json:"spans_exported,omitempty"`
 	// AuditLost (airlock): audit events given up because the store did not
 	// take them in time; OK requires none.
 	AuditLost *int64 `json:"audit_lost,omitempty"`

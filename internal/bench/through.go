@@ -47,10 +47,19 @@ type Through struct {
 	mcp         *mcp.ClientSession
 }
 
+// ThroughConfig configures StartThrough; nil means defaults.
+type ThroughConfig struct {
+	// Tracer makes the server's spans. Default: none.
+	Tracer airlock.Tracer
+}
+
 // StartThrough starts the upstream and a whole airlock server (the same
 // assembly as airlock serve, with its background loops) on the database
 // dsn names, its gateway on loopback.
-func StartThrough(ctx context.Context, dsn string) (*Through, error) {
+func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through, error) {
+	if cfg == nil {
+		cfg = &ThroughConfig{}
+	}
 	t := &Through{}
 	t.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}}
 	up, err := t.serve(http.HandlerFunc(t.upstream))
@@ -73,6 +82,7 @@ func StartThrough(ctx context.Context, dsn string) (*Through, error) {
 		// for the benchmark's concurrency.
 		Funcs:  map[string]upstream.Caller{t.tool.Name: httpjson.New(up, &httpjson.Config{HTTPClient: t.client})},
 		Tokens: []gateway.Token{{Name: "bench", Role: airlock.RoleAgent, SHA256: gateway.HashToken(benchToken)}},
+		Tracer: cfg.Tracer,
 	})
 	if err != nil {
 		t.Close()
