@@ -31,8 +31,14 @@ const (
 // Messages written for a model: each says plainly not to redo the work.
 const (
 	MessageInProgress = "This work is already under way from an earlier identical call. It must not be redone. Call again later with the same arguments to get its result."
-	MessageInDoubt    = "This work may or may not have happened; a check is under way. Do not retry it and do not try another way to do it; a person or a reconciliation will settle it."
-	MessageNotSent    = "Nothing was done: the service could not be reached. It is safe to retry later."
+	// MessageInProgressOther is MessageInProgress for a repeat whose
+	// arguments differ from the first call's (Answer.Conflict names them).
+	MessageInProgressOther = "This work is already under way from an earlier call for the same work, made with other arguments. It must not be redone. Call again later to get the first call's result."
+	// MessageStillRunning answers the first call itself when it is answered
+	// before its side effect ends (respond_within, or the caller gave up).
+	MessageStillRunning = "This work has started and is still running; it must not be redone. Call again later with the same arguments to get its result."
+	MessageInDoubt      = "This work may or may not have happened; a check is under way. Do not retry it and do not try another way to do it; a person or a reconciliation will settle it."
+	MessageNotSent      = "Nothing was done: the service could not be reached. It is safe to retry later."
 )
 
 // Answer is what a guarded call returns. A repeat is never an error.
@@ -490,7 +496,7 @@ func (g *Guard) await(ctx context.Context, p *prepared, rec *Record, fn SideEffe
 	case <-timer:
 	case <-ctx.Done():
 	}
-	return &Answer{Status: StatusInProgress, Message: MessageInProgress, Key: p.key}, nil
+	return &Answer{Status: StatusInProgress, Message: MessageStillRunning, Key: p.key}, nil
 }
 
 type result struct {
@@ -691,6 +697,9 @@ func (g *Guard) answerExisting(ctx context.Context, p *prepared, rec *Record) (a
 	}
 	a = answerFor(rec, true)
 	a.Conflict = conflict
+	if conflict != nil && a.Message == MessageInProgress {
+		a.Message = MessageInProgressOther
+	}
 	return a, nil
 }
 

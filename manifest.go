@@ -43,6 +43,8 @@ type Manifest struct {
 	Notify Notify `yaml:"notify" json:"notify,omitempty"`
 	// Retention says how long records, audit events and figures are kept.
 	Retention Retention `yaml:"retention" json:"retention,omitzero"`
+	// Limits bound what one request may carry.
+	Limits Limits `yaml:"limits" json:"limits,omitzero"`
 
 	// Source is the file the manifest came from, for messages; set by the loader.
 	Source string `yaml:"-" json:"-"`
@@ -125,6 +127,38 @@ func fmtDays(d time.Duration) string {
 		return fmt.Sprintf("%dd", d/(24*time.Hour))
 	}
 	return d.String()
+}
+
+// Limits bound what one request may carry (docs/configuration.md).
+type Limits struct {
+	// RequestBytes caps one request: an HTTP API body, and one MCP message
+	// over HTTP or stdio. Default 1 MiB; from 1 KiB to 64 MiB.
+	RequestBytes *ByteSize `yaml:"request_bytes" json:"request_bytes,omitempty"`
+}
+
+// Default and bounds of limits.request_bytes.
+const (
+	DefaultRequestBytes = 1 << 20
+	minRequestBytes     = 1 << 10
+	maxRequestBytes     = 64 << 20
+)
+
+// RequestBytesOr returns the request limit, DefaultRequestBytes when unset.
+func (l *Limits) RequestBytesOr() int64 {
+	if l.RequestBytes == nil || l.RequestBytes.err != nil {
+		return DefaultRequestBytes
+	}
+	return l.RequestBytes.Bytes
+}
+
+func (l *Limits) validate(v *validator) {
+	switch b := l.RequestBytes; {
+	case b == nil:
+	case b.err != nil:
+		v.add("limits.request_bytes", "%v", b.err)
+	case b.Bytes < minRequestBytes || b.Bytes > maxRequestBytes:
+		v.add("limits.request_bytes", "must be from 1KiB to 64MiB, not %d bytes", b.Bytes)
+	}
 }
 
 // Auth lists the bearer tokens the server accepts.
@@ -347,6 +381,7 @@ func (m *Manifest) Validate() error {
 	m.Calendar.validate(v)
 	m.Auth.validate(v)
 	m.Retention.validate(v)
+	m.Limits.validate(v)
 	if m.Notify.Webhook != "" {
 		if pu, err := url.Parse(m.Notify.Webhook); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 			v.add("notify.webhook", "%q is not an http(s) URL", m.Notify.Webhook)

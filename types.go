@@ -61,6 +61,51 @@ func (d Duration) IsSet() bool { return d.err == nil && d.Duration > 0 }
 
 func (d Duration) problem() error { return d.err }
 
+// ByteSize is a size in bytes, written as a whole number ("1048576") or
+// with a binary unit ("512KiB", "4MiB"). Like Duration, a value that does
+// not parse is kept and reported by Validate.
+type ByteSize struct {
+	Bytes int64
+	raw   string
+	err   error
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler; it never fails (see ByteSize).
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	b.raw = strings.TrimSpace(string(text))
+	b.Bytes, b.err = parseByteSize(b.raw)
+	return nil
+}
+
+// Err is why the text did not parse as a size, or nil.
+func (b *ByteSize) Err() error { return b.err }
+
+// MarshalText implements encoding.TextMarshaler.
+func (b ByteSize) MarshalText() ([]byte, error) {
+	if b.err != nil {
+		return []byte(b.raw), nil
+	}
+	return []byte(strconv.FormatInt(b.Bytes, 10)), nil
+}
+
+func parseByteSize(s string) (int64, error) {
+	n, unit := s, int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, unit = strings.TrimSpace(v), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || v <= 0 || v > (1<<40)/unit {
+		return 0, fmt.Errorf("%q is not a size: want a positive whole number of bytes, or one with KiB, MiB or GiB such as 4MiB", s)
+	}
+	return v * unit, nil
+}
+
 // WindowKind is how long the same natural key means the same work.
 type WindowKind string
 

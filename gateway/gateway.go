@@ -351,7 +351,7 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return airlock.Errorf(airlock.CodeTooLarge, "the request body is larger than %d bytes; nothing was executed", g.maxBody)
+			return airlock.Errorf(airlock.CodeTooLarge, "the request body is larger than %d bytes (the limit is limits.request_bytes in the manifest); nothing was executed", g.maxBody)
 		}
 		return airlock.Errorf(airlock.CodeInvalidArgument, "reading the request body: %v", err)
 	}

@@ -49,7 +49,7 @@ func (g *Gateway) Handler() http.Handler {
 	})
 	// The MCP spec asks servers to check Origin: a browser page on another
 	// origin must not drive the agent's tools.
-	mux.Handle("/mcp", g.require(agents, http.NewCrossOriginProtection().Handler(mcpHandler)))
+	mux.Handle("/mcp", g.require(agents, http.NewCrossOriginProtection().Handler(g.mcpFront(mcpHandler))))
 
 	if g.ui != nil {
 		mux.Handle("/ui/", g.ui)

@@ -173,15 +173,21 @@ func renderText(a *airlock.Answer) string {
 	var b strings.Builder
 	switch a.Status {
 	case airlock.StatusSucceeded:
-		if a.Repeat {
+		switch {
+		case a.Repeat && a.Conflict != nil:
+			b.WriteString("This was already done by an earlier call for the same work, made with other arguments; this is that call's result. It has not been done again, and must not be.")
+		case a.Repeat:
 			b.WriteString("This was already done by an earlier identical call; this is that call's result. It has not been done again, and must not be.")
-		} else {
+		default:
 			b.WriteString("Done.")
 		}
 	case airlock.StatusFailed:
-		if a.Repeat {
+		switch {
+		case a.Repeat && a.Conflict != nil:
+			b.WriteString("An earlier call for the same work, made with other arguments, was refused by the service; this is that refusal. It was not tried again.")
+		case a.Repeat:
 			b.WriteString("An earlier identical call was refused by the service; this is that refusal. It was not tried again.")
-		} else {
+		default:
 			b.WriteString("The service refused the request; nothing was done.")
 		}
 	case airlock.StatusInProgress, airlock.StatusInDoubt, airlock.StatusPlanned:

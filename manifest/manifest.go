@@ -138,8 +138,9 @@ var (
 
 // typeNames says in words what each Go type is in the file.
 var typeNames = map[string]string{
-	"airlock.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools, notify, retention)",
+	"airlock.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools, notify, retention, limits)",
 	"airlock.Retention":   "retention (records, audit, figures)",
+	"airlock.Limits":      "limits (request_bytes)",
 	"airlock.Notify":      "notify (webhook)",
 	"airlock.Calendar":    "calendar (timezone, cutoff, holidays)",
 	"airlock.Auth":        "auth (tokens)",

@@ -90,6 +90,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{"retention.records", "at least 1m0s"}},
 		{"unknown retention field", "tools:\n", "retention: {events: 30d}\ntools:\n", "test.yaml:3:",
 			[]string{`unknown field "events"`, "retention (records, audit, figures)"}},
+		{"bad request limit", "tools:\n", "limits: {request_bytes: lots}\ntools:\n", "test.yaml:3:",
+			[]string{"limits.request_bytes", `"lots" is not a size`, "4MiB"}},
+		{"request limit too small", "tools:\n", "limits: {request_bytes: 100}\ntools:\n", "test.yaml:3:",
+			[]string{"limits.request_bytes", "from 1KiB to 64MiB, not 100 bytes"}},
+		{"request limit too large", "tools:\n", "limits: {request_bytes: 1GiB}\ntools:\n", "test.yaml:3:",
+			[]string{"limits.request_bytes", "from 1KiB to 64MiB"}},
+		{"unknown limit", "tools:\n", "limits: {run_id_bytes: 10}\ntools:\n", "test.yaml:3:",
+			[]string{`unknown field "run_id_bytes"`, "limits (request_bytes)"}},
 		{"bad on_mismatch", "    window: business_day\n", "    window: business_day\n    on_mismatch: ignore\n", "test.yaml:12:18",
 			[]string{"on_mismatch", "replay or reject"}},
 	} {
@@ -136,6 +144,18 @@ func TestParseGood(t *testing.T) {
 	m, err = manifest.Parse([]byte(strings.Replace(good, "tools:\n", "retention: {records: 36h, audit: 90d, figures: 400d}\ntools:\n", 1)), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := m.Limits.RequestBytesOr(); got != airlock.DefaultRequestBytes {
+		t.Fatalf("limits.request_bytes default: %d", got)
+	}
+	for text, want := range map[string]int64{"4MiB": 4 << 20, "512KiB": 512 << 10, "2048": 2048, "3 MiB": 3 << 20} {
+		lm, err := manifest.Parse([]byte(strings.Replace(good, "tools:\n", "limits: {request_bytes: "+text+"}\ntools:\n", 1)), "test.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lm.Limits.RequestBytesOr(); got != want {
+			t.Errorf("limits.request_bytes %s: %d, want %d", text, got, want)
+		}
 	}
 	if r := m.Retention; r.RecordsOr() != 36*time.Hour || r.AuditOr() != 90*24*time.Hour || r.FiguresOr() != 400*24*time.Hour {
 		t.Fatalf("retention: %s %s %s", r.RecordsOr(), r.AuditOr(), r.FiguresOr())

@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -209,7 +208,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	if a.Gateway, err = gateway.New(gateway.Config{
 		Manifest: m, Guard: a.Guard, Store: a.Store, Upstreams: a.upstreams, Funcs: cfg.Funcs, Tokens: tokens, Logger: a.log,
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
-		Tracer: cfg.Tracer,
+		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
 	}); err != nil {
 		return nil, err
 	}
@@ -481,7 +480,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener, shutdown time.Duration
 // away or ctx ends, then closes the app within shutdown (DefaultShutdown
 // when zero). Start must have run.
 func (a *App) ServeStdio(ctx context.Context, r io.Reader, w io.Writer, shutdown time.Duration) error {
-	err := a.Gateway.MCPServer().Run(ctx, &mcp.IOTransport{Reader: readCloser{r}, Writer: writeCloser{w}})
+	err := a.Gateway.MCPServer().Run(ctx, a.Gateway.StdioTransport(r, w))
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		err = nil
 	}
@@ -492,11 +491,3 @@ func (a *App) ServeStdio(ctx context.Context, r io.Reader, w io.Writer, shutdown
 	defer cancel()
 	return errors.Join(err, a.Close(sctx))
 }
-
-type readCloser struct{ io.Reader }
-
-func (readCloser) Close() error { return nil }
-
-type writeCloser struct{ io.Writer }
-
-func (writeCloser) Close() error { return nil }

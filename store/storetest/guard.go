@@ -201,8 +201,15 @@ func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 		waitExecutions(t, &c, 1)
 		a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
 		must(t, err)
-		if a.Status != airlock.StatusInProgress || !a.Repeat || !strings.Contains(a.Message, "must not be redone") {
+		if a.Status != airlock.StatusInProgress || !a.Repeat || a.Message != airlock.MessageInProgress {
 			t.Fatalf("answer past repeat_wait: %+v", a)
+		}
+		// A repeat with other arguments is not told it was identical.
+		other := strings.Replace(args, "}", `,"amount":5}`, 1)
+		a, err = b.guard.Do(b.ctx, call(tool, other, "r"), c.fn)
+		must(t, err)
+		if a.Status != airlock.StatusInProgress || a.Conflict == nil || a.Message != airlock.MessageInProgressOther || strings.Contains(a.Message, "identical") {
+			t.Fatalf("a repeat with other arguments past repeat_wait: %+v", a)
 		}
 		b.guard.Wait()
 		a, err = b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
@@ -360,7 +367,7 @@ func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 		defer cancel()
 		a, err := b.guard.Do(ctx, call(tool, args, "r"), c.fn)
 		must(t, err)
-		if a.Status != airlock.StatusInProgress || a.Repeat {
+		if a.Status != airlock.StatusInProgress || a.Repeat || a.Message != airlock.MessageStillRunning {
 			t.Fatalf("caller timeout: %+v", a)
 		}
 		b.guard.Wait()
@@ -382,7 +389,7 @@ func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 		start := time.Now()
 		a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
 		must(t, err)
-		if a.Status != airlock.StatusInProgress || time.Since(start) > 250*time.Millisecond {
+		if a.Status != airlock.StatusInProgress || a.Message != airlock.MessageStillRunning || time.Since(start) > 250*time.Millisecond {
 			t.Fatalf("respond_within: %+v after %v", a, time.Since(start))
 		}
 		b.guard.Wait()

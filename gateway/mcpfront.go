@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// JSON-RPC error codes answered at the edge of /mcp, before the SDK.
+const (
+	rpcParseError                 = -32700
+	rpcInvalidRequest             = -32600
+	rpcUnsupportedProtocolVersion = -32022 // MCP 2026-07-28
+)
+
+// firstStatelessRevision is the MCP revision that removed sessions; airlock
+// serves /mcp with sessions (the run of a call, notifications to the
+// caller), so it serves the revisions before it (docs/gateway.md).
+const firstStatelessRevision = "2026-07-28"
+
+// ServedMCPVersions are the MCP revisions /mcp negotiates, newest first.
+func ServedMCPVersions() []string {
+	return slices.DeleteFunc(mcp.SupportedProtocolVersions(), func(v string) bool { return v >= firstStatelessRevision })
+}
+
+// mcpFront checks each POST to /mcp before the SDK sees it: a body over
+// the limit, a body that is not JSON and a message that is not JSON-RPC
+// get a JSON-RPC error naming what is wrong (the SDK answers them in plain
+// text); server/discover — the 2026-07-28 probe — is answered with
+// "unsupported protocol version" and the revisions served, so that every
+// client falls back to initialize at a revision both sides speak, rather
+// than taking a success for a stateless server it is not talking to.
+func (g *Gateway) mcpFront(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeRPCError(w, http.StatusRequestEntityTooLarge, rpcInvalidRequest,
+					fmt.Sprintf("the request is larger than %d bytes (the limit is limits.request_bytes in the manifest); nothing was executed", g.maxBody), nil)
+				return
+			}
+			writeRPCError(w, http.StatusBadRequest, rpcParseError, "the request body could not be read: "+err.Error(), nil)
+			return
+		}
+		if code, msg := checkJSONRPC(body); code != 0 {
+			writeRPCError(w, http.StatusBadRequest, code, msg, nil)
+			return
+		}
+		if m := methodOf(body); m == "server/discover" {
+			requested := r.Header.Get("Mcp-Protocol-Version")
+			if requested == "" {
+				requested = metaProtocolVersion(body)
+			}
+			writeRPCError(w, http.StatusOK, rpcUnsupportedProtocolVersion,
+				fmt.Sprintf("protocol version %q is not served here; initialize with one of the supported versions", requested),
+				map[string]any{"supported": ServedMCPVersions(), "requested": requested}, idOf(body))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// checkJSONRPC returns a JSON-RPC error code and message when body is not
+// one JSON-RPC message (a batch, which the SDK refuses in its own words,
+// passes).
+func checkJSONRPC(body []byte) (int, string) {
+	trimmed := bytes.TrimSpace(body)
+	if !json.Valid(trimmed) {
+		var v any
+		err := json.Unmarshal(trimmed, &v)
+		if len(trimmed) == 0 {
+			err = errors.New("the body is empty")
+		}
+		return rpcParseError, "parse error: the body is not JSON (" + err.Error() + "); send one JSON-RPC 2.0 message"
+	}
+	if trimmed[0] == '[' {
+		return 0, ""
+	}
+	var msg struct {
+		JSONRPC *string         `json:"jsonrpc"`
+		Method  json.RawMessage `json:"method"`
+		Result  json.RawMessage `json:"result"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if trimmed[0] != '{' || json.Unmarshal(trimmed, &msg) != nil {
+		return rpcInvalidRequest, "invalid request: a JSON-RPC message is an object with \"jsonrpc\": \"2.0\""
+	}
+	if msg.JSONRPC == nil || *msg.JSONRPC != "2.0" {
+		return rpcInvalidRequest, "invalid request: \"jsonrpc\" must be \"2.0\""
+	}
+	if msg.Method == nil && msg.Result == nil && msg.Error == nil {
+		return rpcInvalidRequest, "invalid request: \"method\" is required (a string such as \"tools/call\")"
+	}
+	if msg.Method != nil {
+		var m string
+		if json.Unmarshal(msg.Method, &m) != nil || m == "" {
+			return rpcInvalidRequest, "invalid request: \"method\" must be a non-empty string such as \"tools/call\""
+		}
+	}
+	return 0, ""
+}
+
+func methodOf(body []byte) string {
+	var msg struct {
+		Method string `json:"method"`
+	}
+	_ = json.Unmarshal(body, &msg)
+	return msg.Method
+}
+
+func idOf(body []byte) json.RawMessage {
+	var msg struct {
+		ID json.RawMessage `json:"id"`
+	}
+	_ = json.Unmarshal(body, &msg)
+	return msg.ID
+}
+
+func metaProtocolVersion(body []byte) string {
+	var msg struct {
+		Params struct {
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(body, &msg)
+	v, _ := msg.Params.Meta["io.modelcontextprotocol/protocolVersion"].(string)
+	return v
+}
+
+// writeRPCError writes a JSON-RPC error response; id is null when the
+// request's id could not be read.
+func writeRPCError(w http.ResponseWriter, status, code int, message string, data any, id ...json.RawMessage) {
+	writeJSON(w, status, rpcError(code, message, data, id...))
+}
+
+func rpcError(code int, message string, data any, id ...json.RawMessage) map[string]any {
+	rid := json.RawMessage("null")
+	if len(id) > 0 && len(id[0]) > 0 {
+		rid = id[0]
+	}
+	e := map[string]any{"code": code, "message": message}
+	if data != nil {
+		e["data"] = data
+	}
+	return map[string]any{"jsonrpc": "2.0", "id": rid, "error": e}
+}

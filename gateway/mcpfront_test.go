@@ -1,0 +1,209 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/store/sqlite"
+	"github.com/airlockhq/airlock/upstream"
+)
+
+const frontToken = "front-agent-token"
+
+// setupFront serves a gateway with a 4 KiB request limit on loopback.
+func setupFront(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(frontGateway(t).Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func frontGateway(t *testing.T) *gateway.Gateway {
+	t.Helper()
+	m, err := manifest.Parse([]byte(testManifest), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	guard := airlock.NewGuard(s, nil)
+	t.Cleanup(guard.Close)
+	ok := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	})
+	g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: s, MaxBody: 4096,
+		Funcs:  map[string]upstream.Caller{"lookup": ok, "note": ok, "pay": ok},
+		Tokens: []gateway.Token{{Name: "agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken(frontToken)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func postMCP(t *testing.T, url, body string, header ...string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+frontToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// The first event's data is the answer.
+		for _, line := range strings.Split(string(raw), "\n") {
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				raw = []byte(data)
+				break
+			}
+		}
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("the answer is not JSON (%s): %v: %s", resp.Header.Get("Content-Type"), err, raw)
+	}
+	return resp.StatusCode, out
+}
+
+func TestMCPEdgeAnswersJSONRPCErrors(t *testing.T) {
+	t.Parallel()
+	url := setupFront(t)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       float64
+		message    string
+	}{
+		{"not JSON", `{"jsonrpc": "2.0", "method": `, 400, -32700, "parse error: the body is not JSON"},
+		{"empty", ``, 400, -32700, "the body is empty"},
+		{"not an object", `"tools/list"`, 400, -32600, "is an object"},
+		{"no jsonrpc", `{"id": 1, "method": "tools/list"}`, 400, -32600, `"jsonrpc" must be "2.0"`},
+		{"jsonrpc 1.0", `{"jsonrpc": "1.0", "id": 1, "method": "tools/list"}`, 400, -32600, `"jsonrpc" must be "2.0"`},
+		{"no method", `{"jsonrpc": "2.0", "id": 1}`, 400, -32600, `"method" is required`},
+		{"method not a string", `{"jsonrpc": "2.0", "id": 1, "method": 7}`, 400, -32600, `"method" must be a non-empty string`},
+		{"too large", `{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": "` + strings.Repeat("a", 5000) + `"}}`, 413, -32600, "larger than 4096 bytes (the limit is limits.request_bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			status, out := postMCP(t, url, tc.body)
+			e, _ := out["error"].(map[string]any)
+			if status != tc.status || out["jsonrpc"] != "2.0" || e == nil || e["code"] != tc.code || !strings.Contains(e["message"].(string), tc.message) {
+				t.Errorf("HTTP %d %v; want %d, code %v, a message with %q", status, out, tc.status, tc.code, tc.message)
+			}
+			if _, ok := out["id"]; !ok || out["id"] != nil {
+				t.Errorf("id %v, want null", out["id"])
+			}
+		})
+	}
+}
+
+// server/discover is answered "unsupported protocol version" with the
+// revisions airlock serves, so a client probing for 2026-07-28 falls back
+// to initialize at one of them.
+func TestMCPDiscoverNamesTheServedRevisions(t *testing.T) {
+	t.Parallel()
+	url := setupFront(t)
+	status, out := postMCP(t, url, `{"jsonrpc":"2.0","id":"d-1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+		"Mcp-Protocol-Version", "2026-07-28")
+	e, _ := out["error"].(map[string]any)
+	if status != 200 || out["id"] != "d-1" || e == nil || e["code"] != float64(-32022) {
+		t.Fatalf("HTTP %d %v", status, out)
+	}
+	data, _ := e["data"].(map[string]any)
+	supported, _ := data["supported"].([]any)
+	if data["requested"] != "2026-07-28" || len(supported) == 0 || supported[0] != "2025-11-25" {
+		t.Errorf("data %v", data)
+	}
+	for _, v := range supported {
+		if v.(string) >= "2026-07-28" {
+			t.Errorf("supported names %v, which /mcp does not serve", v)
+		}
+	}
+	// initialize at a served revision works.
+	status, out = postMCP(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if res, _ := out["result"].(map[string]any); status != 200 || res["protocolVersion"] != "2025-11-25" {
+		t.Errorf("initialize: HTTP %d %v", status, out)
+	}
+}
+
+// Over stdio, bad lines get JSON-RPC errors and the session goes on.
+func TestStdioEdgeAnswersAndGoesOn(t *testing.T) {
+	t.Parallel()
+	g := frontGateway(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.MCPServer().Run(ctx, g.StdioTransport(inR, outW)) }()
+	t.Cleanup(func() {
+		cancel()
+		inW.Close()
+		<-done
+	})
+	lines := bufio.NewScanner(outR)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	next := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("no answer: %v", lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("answer %q: %v", lines.Text(), err)
+		}
+		return m
+	}
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, line string
+		code       float64
+		message    string
+	}{
+		{"not JSON", `{"jsonrpc": "2.0", "id": 1, "method": "tools/list"`, -32700, "parse error"},
+		{"not JSON-RPC", `{"id": 1, "method": "tools/list"}`, -32600, `"jsonrpc" must be "2.0"`},
+		{"too large", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":"` + strings.Repeat("a", 200_000) + `"}}`, -32600, "larger than 4096 bytes"},
+	} {
+		send(tc.line)
+		e, _ := next()["error"].(map[string]any)
+		if e == nil || e["code"] != tc.code || !strings.Contains(e["message"].(string), tc.message) {
+			t.Errorf("%s: error %v, want %v with %q", tc.name, e, tc.code, tc.message)
+		}
+	}
+	// The session still works.
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if res, _ := next()["result"].(map[string]any); res["protocolVersion"] != "2025-11-25" {
+		t.Fatalf("initialize after bad lines: %v", res)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if res, _ := next()["result"].(map[string]any); res["tools"] == nil {
+		t.Fatalf("tools/list after bad lines: %v", res)
+	}
+}
