@@ -105,6 +105,7 @@ type Gateway struct {
 	gather  prometheus.Gatherer
 	ui      http.Handler
 	tracer  airlock.Tracer // nil: no spans
+	cancels cancels        // /mcp requests in flight, for notifications/cancelled
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -57,7 +59,8 @@ func (g *Gateway) mcpFront(next http.Handler) http.Handler {
 			writeRPCError(w, http.StatusBadRequest, code, msg, nil)
 			return
 		}
-		if m := methodOf(body); m == "server/discover" {
+		m := methodOf(body)
+		if m == "server/discover" {
 			requested := r.Header.Get("Mcp-Protocol-Version")
 			if requested == "" {
 				requested = metaProtocolVersion(body)
@@ -69,9 +72,88 @@ func (g *Gateway) mcpFront(next http.Handler) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
+		session := r.Header.Get("Mcp-Session-Id")
+		switch id := idOf(body); {
+		case m == "notifications/cancelled":
+			// Mark the cancelled request before the SDK cancels its handler,
+			// so that the answer the handler still returns is not sent: the
+			// receiver of a cancellation SHOULD NOT respond. The work goes on,
+			// and the next repeat gets its result.
+			g.cancels.cancel(session, cancelledID(body))
+		case m != "" && len(id) > 0 && session != "":
+			d := &dropWriter{ResponseWriter: w}
+			done := g.cancels.track(session, string(id), d)
+			defer done()
+			w = d
+		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// cancelledID is the requestId of a notifications/cancelled, as JSON.
+func cancelledID(body []byte) string {
+	var msg struct {
+		Params struct {
+			RequestID json.RawMessage `json:"requestId"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(body, &msg)
+	return string(msg.Params.RequestID)
+}
+
+// cancels are the requests in flight on /mcp, by session and JSON id, so
+// that a cancellation can silence the answer.
+type cancels struct {
+	mu       sync.Mutex
+	inflight map[[2]string]*dropWriter
+}
+
+func (c *cancels) track(session, id string, d *dropWriter) (done func()) {
+	k := [2]string{session, id}
+	c.mu.Lock()
+	if c.inflight == nil {
+		c.inflight = map[[2]string]*dropWriter{}
+	}
+	c.inflight[k] = d
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.inflight[k] == d {
+			delete(c.inflight, k)
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *cancels) cancel(session, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.inflight[[2]string{session, id}]; d != nil {
+		d.dropped.Store(true)
+	}
+}
+
+// dropWriter passes a response through until its request is cancelled,
+// then swallows what is written.
+type dropWriter struct {
+	http.ResponseWriter
+	dropped atomic.Bool
+}
+
+func (d *dropWriter) Write(p []byte) (int, error) {
+	if d.dropped.Load() {
+		return len(p), nil
+	}
+	return d.ResponseWriter.Write(p)
+}
+
+func (d *dropWriter) Flush() {
+	if f, ok := d.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (d *dropWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // checkJSONRPC returns a JSON-RPC error code and message when body is not
 // one JSON-RPC message (a batch, which the SDK refuses in its own words,

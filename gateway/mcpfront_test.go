@@ -30,7 +30,15 @@ func setupFront(t *testing.T) string {
 
 func frontGateway(t *testing.T) *gateway.Gateway {
 	t.Helper()
-	m, err := manifest.Parse([]byte(testManifest), "test.yaml")
+	ok := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	})
+	return frontGatewayWith(t, testManifest, map[string]upstream.Caller{"lookup": ok, "note": ok, "pay": ok})
+}
+
+func frontGatewayWith(t *testing.T, yaml string, funcs map[string]upstream.Caller) *gateway.Gateway {
+	t.Helper()
+	m, err := manifest.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,11 +52,8 @@ func frontGateway(t *testing.T) *gateway.Gateway {
 	}
 	guard := airlock.NewGuard(s, nil)
 	t.Cleanup(guard.Close)
-	ok := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
-		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
-	})
 	g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: s, MaxBody: 4096,
-		Funcs:  map[string]upstream.Caller{"lookup": ok, "note": ok, "pay": ok},
+		Funcs:  funcs,
 		Tokens: []gateway.Token{{Name: "agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken(frontToken)}}})
 	if err != nil {
 		t.Fatal(err)

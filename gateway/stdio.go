@@ -66,6 +66,9 @@ func (g *Gateway) passLine(line []byte, tooLong bool, pw *io.PipeWriter, out io.
 	if code, msg := checkJSONRPC(trimmed); code != 0 {
 		return writeRPCLine(out, code, msg)
 	}
+	if lw, ok := out.(*lockedWriter); ok && bytes.Contains(trimmed, []byte("notifications/cancelled")) && methodOf(trimmed) == "notifications/cancelled" {
+		lw.silence(cancelledID(trimmed)) // before the SDK cancels the handler
+	}
 	_, err := pw.Write(append(trimmed, '\n'))
 	return err
 }
@@ -79,15 +82,42 @@ func writeRPCLine(w io.Writer, code int, message string) error {
 	return err
 }
 
-// lockedWriter keeps the SDK's messages and the edge's errors whole.
+// lockedWriter keeps the SDK's messages and the edge's errors whole, and
+// swallows the answer to a request the client cancelled (the SDK writes
+// one message per Write).
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu        sync.Mutex
+	w         io.Writer
+	cancelled map[string]bool // JSON ids
+}
+
+func (l *lockedWriter) silence(id string) {
+	if id == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancelled == nil || len(l.cancelled) >= 1024 {
+		// Cancellations of requests already answered are never matched;
+		// they must not pile up.
+		l.cancelled = map[string]bool{}
+	}
+	l.cancelled[id] = true
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.cancelled) > 0 {
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(p, &msg) == nil && msg.Method == "" && l.cancelled[string(msg.ID)] {
+			delete(l.cancelled, string(msg.ID))
+			return len(p), nil
+		}
+	}
 	return l.w.Write(p)
 }
 
