@@ -52,6 +52,9 @@ type Answer struct {
 	Plan *Plan `json:"plan,omitempty"`
 	// Key is the derived key; it is for operators and logs, never for the model.
 	Key string `json:"-"`
+	// Content is the MCP upstream's whole result (Outcome.Content), which
+	// the MCP gateway passes on with the answer; not part of the JSON.
+	Content json.RawMessage `json:"-"`
 }
 
 // Conflict says that a repeat carried other arguments than the first call.
@@ -90,7 +93,12 @@ func (k OutcomeKind) String() string {
 type Outcome struct {
 	Kind   OutcomeKind
 	Result json.RawMessage
-	Err    error // for Unknown and NotSent: what went wrong, for the record's note
+	// Content is the whole result of an MCP upstream (its content items of
+	// every type, structuredContent, isError, _meta), kept with the record
+	// so that a repeat over MCP gets what the first call got. Nil for
+	// other upstreams.
+	Content json.RawMessage
+	Err     error // for Unknown and NotSent: what went wrong, for the record's note
 }
 
 // SideEffect performs the work. It receives the derived key to pass
@@ -555,7 +563,7 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 			span.End(nil)
 		}
 	}
-	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: out.Result, Actor: ActorFrom(ctx)}
+	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: out.Result, Content: out.Content, Actor: ActorFrom(ctx)}
 	switch out.Kind {
 	case OutcomeNotSent:
 		if err := g.retryStore(ctx, func(ctx context.Context) error { return g.store.Release(ctx, rec.Key, rec.Owner) }); err != nil {
@@ -604,7 +612,7 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 		return result{answer: &Answer{Status: StatusInDoubt, Message: MessageInDoubt}}
 	}
 	final := *rec
-	final.State, final.Result, final.Note, final.Owner = comp.State, comp.Result, comp.Note, ""
+	final.State, final.Result, final.Content, final.Note, final.Owner = comp.State, comp.Result, comp.Content, comp.Note, ""
 	if final.State.Final() {
 		g.cache.put(&final)
 	}
@@ -707,9 +715,9 @@ func answerFor(rec *Record, repeat bool) *Answer {
 	a := &Answer{Repeat: repeat, Key: rec.Key}
 	switch rec.State {
 	case StateSucceeded:
-		a.Status, a.Result = StatusSucceeded, rec.Result
+		a.Status, a.Result, a.Content = StatusSucceeded, rec.Result, rec.Content
 	case StateFailed:
-		a.Status, a.Result = StatusFailed, rec.Result
+		a.Status, a.Result, a.Content = StatusFailed, rec.Result, rec.Content
 	case StateInDoubt:
 		a.Status, a.Message = StatusInDoubt, MessageInDoubt
 	default:

@@ -25,14 +25,18 @@ func (s State) Final() bool { return s == StateSucceeded || s == StateFailed }
 
 // Record remembers one side-effecting call, unique on Key.
 type Record struct {
-	Key        string          `json:"key"`
-	Tool       string          `json:"tool"`
-	RunID      string          `json:"run_id"`
-	WindowID   string          `json:"window_id"`
-	State      State           `json:"state"`
-	Args       json.RawMessage `json:"args"`      // canonical arguments of the first call
-	ArgsHash   string          `json:"args_hash"` // hex SHA-256 of Args
-	Result     json.RawMessage `json:"result,omitempty"`
+	Key      string          `json:"key"`
+	Tool     string          `json:"tool"`
+	RunID    string          `json:"run_id"`
+	WindowID string          `json:"window_id"`
+	State    State           `json:"state"`
+	Args     json.RawMessage `json:"args"`      // canonical arguments of the first call
+	ArgsHash string          `json:"args_hash"` // hex SHA-256 of Args
+	Result   json.RawMessage `json:"result,omitempty"`
+	// Content is the whole result as an MCP upstream gave it (content of
+	// every type, structuredContent, isError, _meta), replayed to repeats
+	// over MCP; nil for other upstreams.
+	Content    json.RawMessage `json:"content,omitempty"`
 	Note       string          `json:"note,omitempty"` // why it is in doubt, or how it was settled
 	Owner      string          `json:"owner,omitempty"`
 	LeaseUntil time.Time       `json:"lease_until"`
@@ -63,9 +67,11 @@ type Completion struct {
 	Owner  string
 	State  State // succeeded, failed or in_doubt
 	Result json.RawMessage
-	Note   string
-	Now    time.Time
-	Actor  string // for the audit log
+	// Content is the MCP upstream's whole result (Record.Content).
+	Content json.RawMessage
+	Note    string
+	Now     time.Time
+	Actor   string // for the audit log
 	// TimedOut says the last attempt ran into the tool's timeout; Took is
 	// the time from the claim to this completion. Both go in the audit
 	// event, for the report.

@@ -280,9 +280,9 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, TraceParent: tp, TraceState: ts})
 		switch out.Kind {
 		case airlock.OutcomeSucceeded:
-			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result}, nil
+			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result, Content: out.Content}, nil
 		case airlock.OutcomeFailed:
-			return &airlock.Answer{Status: airlock.StatusFailed, Result: out.Result}, nil
+			return &airlock.Answer{Status: airlock.StatusFailed, Result: out.Result, Content: out.Content}, nil
 		default:
 			return nil, &airlock.Error{Code: airlock.CodeUpstream, Err: out.Err,
 				Message: fmt.Sprintf("%s could not be read from its service; nothing was changed and it is safe to try again later", tool.Name)}

@@ -138,6 +138,27 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 				StructuredContent: errorBody{e},
 			}, nil
 		}
+		if up := upstreamResult(a); up != nil {
+			if t := g.m.Tool(name); t != nil && t.Kind == airlock.KindRead {
+				// A read passes through as the MCP upstream gave it.
+				return up, nil
+			}
+			// A guarded call: airlock's answer first, then every content
+			// item of the first call's result, whatever its type.
+			res := &mcp.CallToolResult{
+				IsError:           a.Status == airlock.StatusFailed,
+				Content:           append([]mcp.Content{&mcp.TextContent{Text: renderHeader(a)}}, up.Content...),
+				StructuredContent: AnswerObject(a),
+				Meta:              up.Meta,
+			}
+			if a.Repeat {
+				if res.Meta == nil {
+					res.Meta = mcp.Meta{}
+				}
+				res.Meta[MetaRepeat] = true
+			}
+			return res, nil
+		}
 		res := &mcp.CallToolResult{
 			IsError:           a.Status == airlock.StatusFailed,
 			Content:           []mcp.Content{&mcp.TextContent{Text: renderText(a)}},
@@ -166,6 +187,27 @@ func runFromMeta(m mcp.Meta) string {
 	}
 	s, _ := m[MetaRun].(string)
 	return s
+}
+
+// upstreamResult is the MCP upstream's whole result of an answer, or nil
+// (another kind of upstream, or an answer without a result).
+func upstreamResult(a *airlock.Answer) *mcp.CallToolResult {
+	if len(a.Content) == 0 || (a.Status != airlock.StatusSucceeded && a.Status != airlock.StatusFailed) {
+		return nil
+	}
+	var r mcp.CallToolResult
+	if err := json.Unmarshal(a.Content, &r); err != nil {
+		return nil
+	}
+	return &r
+}
+
+// renderHeader is renderText without the result: the upstream's own
+// content follows it.
+func renderHeader(a *airlock.Answer) string {
+	b := *a
+	b.Result = nil
+	return renderText(&b)
 }
 
 // renderText is the answer in words for the model, with the result.

@@ -188,7 +188,7 @@ func dedupe[T any](ops []T, key func(T) string) (batch, rest []T) {
 // the same keys cannot deadlock.
 // The claimed event goes into the audit log in the same statement.
 const claimBatchSQL = `WITH ins AS (
-		INSERT INTO airlock_records (` + recordColumns + `)
+		INSERT INTO airlock_records (` + insertColumns + `)
 		SELECT k, t, r, w, 'running', a, h, NULL, '', o, l, 1, n, n, e
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 			$8::timestamptz[], $9::timestamptz[], $10::timestamptz[]) AS i(k, t, r, w, a, h, o, l, n, e)
@@ -248,7 +248,8 @@ func (s *Store) flush(ops []*op) {
 	var b pgx.Batch
 	for _, o := range completes {
 		if s.noAudit {
-			b.Queue(completeSQLNoAudit, completeArgs(o.complete)[:6]...)
+			args := completeArgs(o.complete)
+			b.Queue(completeSQLNoAudit, append(args[:6:6], args[11])...)
 		} else {
 			b.Queue(completeSQL, completeArgs(o.complete)...)
 		}
@@ -322,7 +323,7 @@ func readAny(rows pgx.Rows) (bool, error) {
 
 // The statements without audit events, for measuring the audit log's cost.
 const (
-	claimBatchSQLNoAudit = `INSERT INTO airlock_records (` + recordColumns + `)
+	claimBatchSQLNoAudit = `INSERT INTO airlock_records (` + insertColumns + `)
 	SELECT k, t, r, w, 'running', a, h, NULL, '', o, l, 1, n, n, e
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 		$8::timestamptz[], $9::timestamptz[], $10::timestamptz[]) AS i(k, t, r, w, a, h, o, l, n, e)
@@ -330,7 +331,7 @@ const (
 	ON CONFLICT (key) DO NOTHING
 	RETURNING key`
 	completeSQLNoAudit = `WITH u AS (
-		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
+		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6, content = $7
 		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters)
 	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
 )

@@ -11,8 +11,13 @@ import (
 
 var _ airlock.Store = (*Store)(nil)
 
-const recordColumns = `key, tool, run_id, window_id, state, args, args_hash, result, note, owner,
+// insertColumns are written by a claim; recordColumns are read back (the
+// MCP content of a result comes with its completion, schema 9).
+const (
+	insertColumns = `key, tool, run_id, window_id, state, args, args_hash, result, note, owner,
 	lease_until, attempts, created_at, updated_at, expires_at`
+	recordColumns = insertColumns + `, content`
+)
 
 func scanRecord(row pgx.Row) (*airlock.Record, error) {
 	var (
@@ -20,10 +25,11 @@ func scanRecord(row pgx.Row) (*airlock.Record, error) {
 		state   string
 		args    string
 		result  *string
+		content *string
 		expires *time.Time
 	)
 	err := row.Scan(&r.Key, &r.Tool, &r.RunID, &r.WindowID, &state, &args, &r.ArgsHash, &result, &r.Note, &r.Owner,
-		&r.LeaseUntil, &r.Attempts, &r.CreatedAt, &r.UpdatedAt, &expires)
+		&r.LeaseUntil, &r.Attempts, &r.CreatedAt, &r.UpdatedAt, &expires, &content)
 	if err != nil {
 		if isNoRows(err) {
 			return nil, airlock.ErrNotFound
@@ -34,6 +40,9 @@ func scanRecord(row pgx.Row) (*airlock.Record, error) {
 	r.Args = []byte(args)
 	if result != nil {
 		r.Result = []byte(*result)
+	}
+	if content != nil {
+		r.Content = []byte(*content)
 	}
 	if expires != nil {
 		r.ExpiresAt = expires.UTC()
@@ -90,7 +99,7 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 // claimOne inserts one claim; false when the key is taken.
 func (s *Store) claimOne(ctx context.Context, c *airlock.Claim) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `WITH ins AS (
-			INSERT INTO airlock_records (`+recordColumns+`)
+			INSERT INTO airlock_records (`+insertColumns+`)
 			VALUES ($1, $2, $3, $4, 'running', $5, $6, NULL, '', $7, $8, 1, $9, $9, $10)
 			ON CONFLICT (key) DO NOTHING RETURNING key)
 		INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, actor)
@@ -280,7 +289,7 @@ func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, err
 // completeSQL completes one record by its primary key; the NOTIFY goes out
 // only when a waiter marked the record.
 const completeSQL = `WITH u AS (
-		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6
+		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6, content = $12
 		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters, tool, run_id),
 	a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, result, error, actor, outcome, timed_out, duration_us)
 		SELECT $6, $7, run_id, key, tool, $4, $5, $8, $9, $10, $11 FROM u)
@@ -288,7 +297,7 @@ const completeSQL = `WITH u AS (
 
 func completeArgs(c *airlock.Completion) []any {
 	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now, airlock.CompletionEvent(c.State), airlock.ActorOr(c.Actor),
-		airlock.CompletionOutcome(c.State), c.TimedOut, c.Took.Microseconds()}
+		airlock.CompletionOutcome(c.State), c.TimedOut, c.Took.Microseconds(), nullText(c.Content)}
 }
 
 // ListRecords implements airlock.Store.

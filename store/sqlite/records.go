@@ -12,8 +12,13 @@ import (
 
 var _ airlock.Store = (*Store)(nil)
 
-const recordColumns = `key, tool, run_id, window_id, state, args, args_hash, result, note, owner,
+// insertColumns are written by a claim; recordColumns are read back (the
+// MCP content of a result comes with its completion, schema 9).
+const (
+	insertColumns = `key, tool, run_id, window_id, state, args, args_hash, result, note, owner,
 	lease_until, attempts, created_at, updated_at, expires_at`
+	recordColumns = insertColumns + `, content`
+)
 
 func micros(t time.Time) int64 {
 	if t.IsZero() {
@@ -42,13 +47,13 @@ func scanRecord(row scanner) (*airlock.Record, error) {
 	var (
 		r                       airlock.Record
 		args                    string
-		result                  sql.NullString
+		result, content         sql.NullString
 		lease, created, updated int64
 		expires                 sql.NullInt64
 		state                   string
 	)
 	err := row.Scan(&r.Key, &r.Tool, &r.RunID, &r.WindowID, &state, &args, &r.ArgsHash, &result, &r.Note, &r.Owner,
-		&lease, &r.Attempts, &created, &updated, &expires)
+		&lease, &r.Attempts, &created, &updated, &expires, &content)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, airlock.ErrNotFound
@@ -59,6 +64,9 @@ func scanRecord(row scanner) (*airlock.Record, error) {
 	r.Args = []byte(args)
 	if result.Valid {
 		r.Result = []byte(result.String)
+	}
+	if content.Valid {
+		r.Content = []byte(content.String)
 	}
 	r.LeaseUntil, r.CreatedAt, r.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)
 	if expires.Valid {
@@ -76,11 +84,11 @@ func nullText(b []byte) any {
 
 // The statements of every call, prepared once (see stmts.go).
 const (
-	claimSQL = `INSERT INTO airlock_records (` + recordColumns + `)
+	claimSQL = `INSERT INTO airlock_records (` + insertColumns + `)
 		VALUES (?, ?, ?, ?, 'running', ?, ?, NULL, '', ?, ?, 1, ?, ?, ?)
 		ON CONFLICT (key) DO NOTHING`
 	completeSQL = `UPDATE airlock_records
-		SET state = ?, result = ?, note = ?, owner = '', updated_at = ?
+		SET state = ?, result = ?, content = ?, note = ?, owner = '', updated_at = ?
 		WHERE key = ? AND owner = ? AND state = 'running' RETURNING tool, run_id`
 	heartbeatSQL = `UPDATE airlock_records SET lease_until = ?
 		WHERE key = ? AND owner = ? AND state = 'running'`
@@ -131,7 +139,7 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 	err := s.do(ctx, c.Key, func(ctx context.Context, tx *sql.Tx) error {
 		var tool, run string
 		err := s.queryRow(ctx, tx, completeSQL,
-			string(c.State), nullText(c.Result), c.Note, micros(c.Now), c.Key, c.Owner).Scan(&tool, &run)
+			string(c.State), nullText(c.Result), nullText(c.Content), c.Note, micros(c.Now), c.Key, c.Owner).Scan(&tool, &run)
 		if errors.Is(err, sql.ErrNoRows) {
 			lost = true
 			return nil

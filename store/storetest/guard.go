@@ -378,6 +378,37 @@ func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 		}
 	})
 
+	t.Run("MCPContentIsKeptForRepeats", func(t *testing.T) {
+		t.Parallel()
+		content := `{"content":[{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}],"structuredContent":{"ok":true}}`
+		for _, kind := range []airlock.OutcomeKind{airlock.OutcomeSucceeded, airlock.OutcomeFailed} {
+			b := setup(t, newStore, cfg())
+			tool := Tool("approve", "forever")
+			c := counter{outcome: airlock.Outcome{Kind: kind, Result: json.RawMessage(`{"ok":true}`), Content: json.RawMessage(content)}}
+			args := `{"record_id":"` + Key("WD") + `"}`
+			first, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+			must(t, err)
+			// A fresh guard has no cache: the repeat reads the record.
+			fresh := airlock.NewGuard(b.store, nil)
+			repeat, err := fresh.Do(b.ctx, call(tool, args, "r"), c.fn)
+			fresh.Close()
+			must(t, err)
+			for _, a := range []*airlock.Answer{first, repeat} {
+				if string(a.Content) != content || string(a.Result) != `{"ok":true}` {
+					t.Errorf("%v: answer content %s result %s", kind, a.Content, a.Result)
+				}
+			}
+			if !repeat.Repeat || c.n.Load() != 1 {
+				t.Errorf("%v: repeat %+v after %d executions", kind, repeat, c.n.Load())
+			}
+			rec, err := b.store.Get(b.ctx, first.Key)
+			must(t, err)
+			if string(rec.Content) != content {
+				t.Errorf("%v: the record's content %s", kind, rec.Content)
+			}
+		}
+	})
+
 	t.Run("RespondWithin", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newStore, cfg())

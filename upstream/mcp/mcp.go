@@ -134,10 +134,16 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
 	}
 	result := resultJSON(res)
-	if res.IsError {
-		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: result}
+	// The whole result goes with the outcome: content of every type,
+	// structuredContent, isError and _meta, passed on to MCP callers.
+	full, err := json.Marshal(res)
+	if err != nil {
+		full = nil
 	}
-	return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: result}
+	if res.IsError {
+		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: result, Content: full}
+	}
+	return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: result, Content: full}
 }
 
 // isProtocolRefusal reports a JSON-RPC error that says the request was not

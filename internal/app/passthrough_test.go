@@ -1,0 +1,197 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/manifest"
+)
+
+const passManifest = `version: 1
+upstreams:
+  media: {mcp: {url: "MEDIA"}}
+tools:
+  - name: snapshot
+    kind: read
+    input_schema: {type: object, properties: {id: {type: string}}}
+    upstream: {name: media, tool: snapshot}
+  - name: broken
+    kind: read
+    input_schema: {type: object, properties: {id: {type: string}}}
+    upstream: {name: media, tool: broken}
+  - name: render
+    kind: write
+    input_schema: {type: object, properties: {id: {type: string}}, required: [id]}
+    natural_key: [{field: id}]
+    window: forever
+    upstream: {name: media, tool: render}
+    answers: {undo: "yes", approver: "no one", on_repeat: "one render per id"}
+auth:
+  tokens:
+    - {name: agent-1, role: agent, sha256: "HASH"}
+`
+
+// every content type an MCP tool result may carry.
+func mediaContent() []mcp.Content {
+	return []mcp.Content{
+		&mcp.TextContent{Text: "a chart"},
+		&mcp.ImageContent{Data: []byte("\x89PNG fake"), MIMEType: "image/png"},
+		&mcp.AudioContent{Data: []byte("RIFF fake"), MIMEType: "audio/wav"},
+		&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///chart.csv", MIMEType: "text/csv", Text: "a,b\n1,2\n"}},
+		&mcp.ResourceLink{URI: "file:///chart.png", Name: "chart.png", MIMEType: "image/png"},
+	}
+}
+
+type passBundle struct {
+	session *mcp.ClientSession
+	renders atomic.Int64
+}
+
+func setupPassthrough(t *testing.T) *passBundle {
+	t.Helper()
+	b := &passBundle{}
+	media := mcp.NewServer(&mcp.Implementation{Name: "media", Version: "v1"}, nil)
+	media.AddTool(&mcp.Tool{Name: "snapshot", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: mediaContent(), StructuredContent: map[string]any{"points": 2}, Meta: mcp.Meta{"vendor.example/trace": "abc"}}, nil
+	})
+	media.AddTool(&mcp.Tool{Name: "broken", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "no such chart"}}}, nil
+	})
+	media.AddTool(&mcp.Tool{Name: "render", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		n := b.renders.Add(1)
+		return &mcp.CallToolResult{Content: mediaContent(), StructuredContent: map[string]any{"render": n}, Meta: mcp.Meta{"vendor.example/trace": "abc"}}, nil
+	})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return media }, nil))
+	t.Cleanup(up.Close)
+	hash := gateway.HashToken(agentToken)
+	m, err := manifest.Parse([]byte(strings.NewReplacer("MEDIA", up.URL, "HASH", fmt.Sprintf("%x", hash[:])).Replace(passManifest)), "pass.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := gateway.TokensFromManifest(m.Auth.Tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), &app.Config{Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true, Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Gateway.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = a.Close(ctx)
+	})
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer(agentToken)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	b.session = s
+	return b
+}
+
+// kinds lists a result's content types, in order.
+func kinds(t *testing.T, cs []mcp.Content) []string {
+	t.Helper()
+	var out []string
+	for _, c := range cs {
+		switch v := c.(type) {
+		case *mcp.TextContent:
+			out = append(out, "text")
+		case *mcp.ImageContent:
+			if string(v.Data) != "\x89PNG fake" || v.MIMEType != "image/png" {
+				t.Errorf("image %q %s", v.Data, v.MIMEType)
+			}
+			out = append(out, "image")
+		case *mcp.AudioContent:
+			if string(v.Data) != "RIFF fake" {
+				t.Errorf("audio %q", v.Data)
+			}
+			out = append(out, "audio")
+		case *mcp.EmbeddedResource:
+			if v.Resource == nil || v.Resource.URI != "file:///chart.csv" || v.Resource.Text != "a,b\n1,2\n" {
+				t.Errorf("resource %+v", v.Resource)
+			}
+			out = append(out, "resource")
+		case *mcp.ResourceLink:
+			if v.URI != "file:///chart.png" {
+				t.Errorf("resource link %+v", v)
+			}
+			out = append(out, "resource_link")
+		default:
+			out = append(out, fmt.Sprintf("%T", c))
+		}
+	}
+	return out
+}
+
+func TestMCPUpstreamResultsPassThrough(t *testing.T) {
+	t.Parallel()
+	b := setupPassthrough(t)
+	ctx := context.Background()
+	all := "text image audio resource resource_link"
+
+	t.Run("ARead", func(t *testing.T) {
+		res, err := b.session.CallTool(ctx, &mcp.CallToolParams{Name: "snapshot", Arguments: map[string]any{"id": "c1"}})
+		if err != nil || res.IsError {
+			t.Fatalf("%v %+v", err, res)
+		}
+		if got := strings.Join(kinds(t, res.Content), " "); got != all {
+			t.Errorf("content %s, want %s", got, all)
+		}
+		if fmt.Sprint(res.StructuredContent) != "map[points:2]" || res.Meta["vendor.example/trace"] != "abc" {
+			t.Errorf("structured %v meta %v", res.StructuredContent, res.Meta)
+		}
+	})
+
+	t.Run("AReadThatFails", func(t *testing.T) {
+		res, err := b.session.CallTool(ctx, &mcp.CallToolParams{Name: "broken", Arguments: map[string]any{}})
+		if err != nil || !res.IsError || len(res.Content) != 1 || res.Content[0].(*mcp.TextContent).Text != "no such chart" {
+			t.Fatalf("%v %+v", err, res)
+		}
+	})
+
+	t.Run("AWriteAndItsRepeat", func(t *testing.T) {
+		var first *mcp.CallToolResult
+		for i := range 2 {
+			res, err := b.session.CallTool(ctx, &mcp.CallToolParams{Name: "render", Arguments: map[string]any{"id": "r1"}})
+			if err != nil || res.IsError {
+				t.Fatalf("%v %+v", err, res)
+			}
+			// airlock's words first, then the first call's content, every type.
+			if got := strings.Join(kinds(t, res.Content), " "); got != "text "+all {
+				t.Errorf("call %d: content %s, want text %s", i, got, all)
+			}
+			if res.Meta["vendor.example/trace"] != "abc" || (i == 1) != (res.Meta[gateway.MetaRepeat] == true) {
+				t.Errorf("call %d: meta %v", i, res.Meta)
+			}
+			sc := fmt.Sprint(res.StructuredContent)
+			if !strings.Contains(sc, "render:1") || strings.Contains(sc, "repeat:true") != (i == 1) {
+				t.Errorf("call %d: structured %s", i, sc)
+			}
+			if i == 0 {
+				first = res
+			}
+		}
+		if b.renders.Load() != 1 || first == nil {
+			t.Errorf("render executed %d times", b.renders.Load())
+		}
+	})
+}
