@@ -335,6 +335,13 @@ func (a *App) Start(ctx context.Context) error {
 		return fmt.Errorf("starting the commit queue: %w", err)
 	}
 	a.worker = w
+	if c, ok := a.Store.(interface {
+		Warnings(context.Context) []string
+	}); ok {
+		for _, msg := range c.Warnings(ctx) {
+			a.log.Warn(msg)
+		}
+	}
 	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopLoops = stop
 	reapEvery := a.cfg.ReapEvery

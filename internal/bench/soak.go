@@ -57,7 +57,12 @@ type SoakResult struct {
 	VerifyAfterPurgeS   float64 `json:"verify_after_purge_s"`
 	// Memory: the peak RSS of the whole run, and of the read phase alone
 	// (report, pages, verify, purge), which must not grow with the log.
-	PeakRSSMiB     float64  `json:"peak_rss_mib"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// Vacuums: on a PostgreSQL server whose autovacuum is off, the soak
+	// runs VACUUM (ANALYZE) a minute after the last one ended during the
+	// fill and once after it, as autovacuum would (0: autovacuum is on, or
+	// SQLite).
+	Vacuums        int      `json:"vacuums,omitempty"`
 	ReadPeakRSSMiB float64  `json:"read_peak_rss_mib"`
 	OK             bool     `json:"ok"`
 	Problems       []string `json:"problems,omitempty"`
@@ -128,6 +133,21 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 		defer close(sealDone)
 		audit.RunSealer(sealCtx, s, 200*time.Millisecond, nil, nil)
 	}()
+	vacuumDone := make(chan struct{})
+	vac, vacuumed := vacuumerOf(ctx, s)
+	go func() { // autovacuum, where the server has it off
+		defer close(vacuumDone)
+		for vac != nil {
+			select {
+			case <-sealCtx.Done():
+				return
+			case <-time.After(time.Minute):
+			}
+			if err := vac.Vacuum(sealCtx); err == nil {
+				vacuumed++
+			}
+		}
+	}()
 	began := time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, cfg.Concurrency)
@@ -183,17 +203,26 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 	if err := <-errc; err != nil {
 		stopSeal()
 		<-sealDone
+		<-vacuumDone
 		return nil, fmt.Errorf("filling: %w", err)
 	}
 	fill := time.Since(began)
 	stopSeal()
 	<-sealDone
+	<-vacuumDone
 	t := time.Now()
 	if _, err := audit.SealPending(ctx, s); err != nil {
 		return nil, err
 	}
 	res.SealS = secs(time.Since(t))
 	fill += time.Since(t)
+	if vac != nil {
+		if err := vac.Vacuum(ctx); err != nil {
+			return nil, fmt.Errorf("vacuum: %w", err)
+		}
+		vacuumed++
+	}
+	res.Vacuums = vacuumed
 	res.FillS = secs(fill)
 	res.Records, res.Plans = records.Load(), plans.Load()
 	// Each record is written by two transactions of one writer; with
@@ -280,6 +309,24 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 	}
 	res.OK = len(res.Problems) == 0
 	return res, nil
+}
+
+// vacuumer is a store whose database needs vacuuming (PostgreSQL).
+type vacuumer interface {
+	AutovacuumOn(ctx context.Context) (bool, error)
+	Vacuum(ctx context.Context) error
+}
+
+// vacuumerOf is s when its database's autovacuum is off, else nil.
+func vacuumerOf(ctx context.Context, s airlock.Store) (vacuumer, int) {
+	v, ok := s.(vacuumer)
+	if !ok {
+		return nil, 0
+	}
+	if on, err := v.AutovacuumOn(ctx); err != nil || on {
+		return nil, 0
+	}
+	return v, 0
 }
 
 // fillPeak is the peak RSS before the read phase reset it.

@@ -272,3 +272,37 @@ func loadMigrations() ([]migrations.Migration, error) {
 var errNoRows = pgx.ErrNoRows
 
 func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
+
+// airlockTables are the tables whose dead rows and statistics autovacuum
+// looks after; Vacuum names them.
+var airlockTables = []string{
+	"airlock_records", "airlock_plans", "airlock_audit", "airlock_audit_anchor",
+	"airlock_rollup", "airlock_rollup_hour", "airlock_run_calls", "airlock_run_hist",
+}
+
+// Warnings are what an operator should know about the database's settings:
+// airlock relies on autovacuum (on by default) to keep the partial indexes
+// it pages and seals with small and the planner's statistics current.
+// Without it, a day of sealing leaves millions of dead index entries and
+// the pages slow down by orders of magnitude.
+func (s *Store) Warnings(ctx context.Context) []string {
+	if on, err := s.AutovacuumOn(ctx); err != nil || on {
+		return nil
+	}
+	return []string{"postgres: autovacuum is off; airlock's tables need it (or VACUUM (ANALYZE) run often): dead rows and stale statistics slow the pages and the sealer as the log grows"}
+}
+
+// AutovacuumOn reports whether the server's autovacuum is on.
+func (s *Store) AutovacuumOn(ctx context.Context) (bool, error) {
+	var on string
+	err := s.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')`).Scan(&on)
+	return on == "on", err
+}
+
+// Vacuum runs VACUUM (ANALYZE) on airlock's tables: what autovacuum does in
+// the background. For a database where autovacuum is off (airlock bench
+// --mode soak runs it there, as autovacuum would).
+func (s *Store) Vacuum(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `VACUUM (ANALYZE) `+strings.Join(airlockTables, ", "))
+	return err
+}

@@ -60,3 +60,53 @@ func TestAudit(t *testing.T) {
 	})
 }
 func BenchmarkReport(b *testing.B) { storetest.BenchReport(b, newStore) }
+
+// The soak benchmark and the server's warning rely on these: the setting
+// is read as the server has it, and Vacuum leaves every airlock table with
+// statistics (reltuples is -1 until a table is vacuumed or analyzed).
+func TestVacuum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t).(*postgres.Store)
+	var setting string
+	if err := s.Pool().QueryRow(ctx, `SHOW autovacuum`).Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	on, err := s.AutovacuumOn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on != (setting == "on") {
+		t.Fatalf("AutovacuumOn = %v, the server says %q", on, setting)
+	}
+	if w := s.Warnings(ctx); len(w) != map[bool]int{true: 0, false: 1}[on] {
+		t.Fatalf("autovacuum %q: warnings %q", setting, w)
+	}
+	if err := s.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Pool().Query(ctx, `SELECT relname, reltuples FROM pg_class
+		WHERE relkind = 'r' AND relname LIKE 'airlock\_%' AND relnamespace = current_schema()::regnamespace`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var name string
+		var tuples float64
+		if err := rows.Scan(&name, &tuples); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if tuples < 0 && name != "airlock_schema_migrations" { // airlock's bookkeeping, written once
+			t.Errorf("%s has no statistics after Vacuum", name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 8 {
+		t.Fatalf("found %d airlock tables in the test's schema", n)
+	}
+}
