@@ -372,6 +372,10 @@ func durOr(d *Duration, def time.Duration) time.Duration {
 
 var toolNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
 
+// ValidToolName reports whether name may name a tool: a letter, then
+// letters, digits, _ . or - (at most 64).
+func ValidToolName(name string) bool { return toolNameRE.MatchString(name) }
+
 // Validate reports every problem with the manifest, each with its path.
 func (m *Manifest) Validate() error {
 	v := &validator{}

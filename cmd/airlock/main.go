@@ -50,6 +50,7 @@ func commands() []command {
 		{"mcp", "serve the tools over stdio for desktop agents", cmdMCP},
 		{"migrate", "apply the database migrations (--db DSN)", cmdMigrate},
 		{"key", "print the key of a call and every part that went into it", cmdKey},
+		{"init", "init --from-mcp --command … | --url …: write a manifest from an MCP server's tools", cmdInit},
 		{"tools", "tools check (the CI lint) | tools list --format md|json", cmdTools},
 		{"plans", "plans list|show|approve|reject, against --url (a server) or --db", cmdPlans},
 		{"records", "records show KEY | records settle KEY --happened=true|false --note …", cmdRecords},
@@ -129,6 +130,13 @@ func loadManifest(path string) (*airlock.Manifest, error) {
 		return withdrawals.Manifest()
 	}
 	return manifest.Load(path)
+}
+
+// usageError prints what is wrong with a command's flags and returns exit
+// code 2.
+func usageError(e *env, name, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "airlock "+name+": "+format+"\n", args...)
+	return 2
 }
 
 // fail prints an error for the operator and returns exit code 1.

@@ -174,3 +174,30 @@ func resultJSON(res *sdk.CallToolResult) json.RawMessage {
 	b, _ := json.Marshal(map[string]string{key: strings.Join(parts, "\n")})
 	return b
 }
+
+// Server is what an MCP server says of itself and its tools, for airlock
+// init --from-mcp.
+type Server struct {
+	Name  string // serverInfo.name from initialize
+	Tools []*sdk.Tool
+}
+
+// Describe opens a session and lists every tool the server offers (all
+// pages).
+func (c *Client) Describe(ctx context.Context) (*Server, error) {
+	s, err := c.sessionFor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the MCP server: %w", err)
+	}
+	out := &Server{}
+	if ir := s.InitializeResult(); ir != nil && ir.ServerInfo != nil {
+		out.Name = ir.ServerInfo.Name
+	}
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("listing the MCP server's tools: %w", err)
+		}
+		out.Tools = append(out.Tools, t)
+	}
+	return out, nil
+}
