@@ -38,6 +38,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	session *sdk.ClientSession
+	ended   chan struct{} // closed when session ends (the process exited, the connection failed)
 }
 
 var _ upstream.Caller = (*Client)(nil)
@@ -63,17 +64,32 @@ func newClient(t func() sdk.Transport) *Client {
 	}
 }
 
+// sessionFor is the open session, or a new one (a new process, for a
+// command) when there is none or the last one has ended: a server that
+// died between calls is restarted before the next call is sent, so that
+// call is not lost in a dead session and reported unknown.
 func (c *Client) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session != nil {
-		return c.session, nil
+		select {
+		case <-c.ended:
+			_ = c.session.Close()
+			c.session = nil
+		default:
+			return c.session, nil
+		}
 	}
 	s, err := c.client.Connect(ctx, c.newTransport(), nil)
 	if err != nil {
 		return nil, err
 	}
-	c.session = s
+	ended := make(chan struct{})
+	go func() {
+		_ = s.Wait()
+		close(ended)
+	}()
+	c.session, c.ended = s, ended
 	return s, nil
 }
 

@@ -1,0 +1,148 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/upstream"
+	"github.com/airlockhq/airlock/upstream/mcp"
+)
+
+// serverArg makes the test binary a stdio MCP server: the upstream the
+// tests start as a command, so they can kill it.
+const serverArg = "airlock-test-mcp-server"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == serverArg {
+		runServer()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+type pidResult struct {
+	PID int `json:"pid"`
+}
+
+// runServer serves two tools over stdio: pid answers with the process id
+// (so a test sees whether it talks to a new process), slow waits until it
+// is killed.
+func runServer() {
+	s := sdk.NewServer(&sdk.Implementation{Name: "test-server", Version: "v0"}, nil)
+	sdk.AddTool(s, &sdk.Tool{Name: "pid"}, func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, pidResult, error) {
+		return nil, pidResult{PID: os.Getpid()}, nil
+	})
+	sdk.AddTool(s, &sdk.Tool{Name: "slow"}, func(ctx context.Context, _ *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, pidResult, error) {
+		<-ctx.Done()
+		return nil, pidResult{}, ctx.Err()
+	})
+	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+		os.Exit(1)
+	}
+}
+
+type bundle struct {
+	client *mcp.Client
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcp.NewCommand([]string{exe, serverArg})
+	t.Cleanup(func() { _ = c.Close() })
+	return &bundle{client: c}
+}
+
+func call(t *testing.T, c *mcp.Client, ctx context.Context, tool string) airlock.Outcome {
+	t.Helper()
+	return c.Call(ctx, &upstream.Request{
+		Tool: &airlock.Tool{Name: tool},
+		Args: json.RawMessage(`{}`),
+		Key:  "k-" + tool,
+	})
+}
+
+func pidOf(t *testing.T, out airlock.Outcome) int {
+	t.Helper()
+	if out.Kind != airlock.OutcomeSucceeded {
+		t.Fatalf("outcome = %v (%v), want succeeded", out.Kind, out.Err)
+	}
+	var r pidResult
+	if err := json.Unmarshal(out.Result, &r); err != nil || r.PID == 0 {
+		t.Fatalf("result %s: want {\"pid\": n} (%v)", out.Result, err)
+	}
+	return r.PID
+}
+
+func TestCommandServer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RestartedAfterItDiesBetweenCalls", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		first := pidOf(t, call(t, b.client, ctx, "pid"))
+		if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// Until the client has seen the process exit, a call may still go
+		// to the dead session; airlock sees the exit within moments, and
+		// the call after that must reach a new process.
+		deadline := time.Now().Add(10 * time.Second)
+		for !b.client.SessionEnded() {
+			if time.Now().After(deadline) {
+				t.Fatal("the client never noticed the server's exit")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		second := pidOf(t, call(t, b.client, ctx, "pid"))
+		if second == first {
+			t.Fatalf("second call answered by pid %d, the killed process", second)
+		}
+	})
+
+	t.Run("KilledMidCallIsUnknown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		pid := pidOf(t, call(t, b.client, ctx, "pid"))
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}()
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		out := call(t, b.client, ctx, "slow")
+		if out.Kind != airlock.OutcomeUnknown {
+			t.Fatalf("outcome = %v (%v), want unknown: the request had gone out", out.Kind, out.Err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the call waited for its deadline instead of seeing the process die")
+		}
+		// And the next call reaches a new process.
+		if again := pidOf(t, call(t, b.client, context.Background(), "pid")); again == pid {
+			t.Fatalf("answered by the killed process %d", again)
+		}
+	})
+
+	t.Run("CommandThatCannotStartIsNotSent", func(t *testing.T) {
+		t.Parallel()
+		c := mcp.NewCommand([]string{"/nonexistent/airlock-test-server"})
+		t.Cleanup(func() { _ = c.Close() })
+		out := call(t, c, context.Background(), "pid")
+		if out.Kind != airlock.OutcomeNotSent {
+			t.Fatalf("outcome = %v (%v), want not sent", out.Kind, out.Err)
+		}
+	})
+}
