@@ -9,7 +9,9 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -53,7 +55,12 @@ func NewCommand(argv []string) *Client {
 // NewHTTP returns a client for an MCP server at a streamable HTTP endpoint.
 func NewHTTP(url string) *Client {
 	return newClient(func() sdk.Transport {
-		return &sdk.StreamableClientTransport{Endpoint: url, MaxRetries: -1}
+		// The SDK's reconnection (5 tries with backoff) resumes a call's
+		// stream with Last-Event-ID where the server allows it (2025-11-25
+		// with an event store): a stream closed mid-call still brings the
+		// answer. It never sends a request again, so it cannot run a
+		// call twice.
+		return &sdk.StreamableClientTransport{Endpoint: url}
 	})
 }
 
@@ -147,6 +154,11 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 			return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: out}
 		}
 		c.drop(s)
+		if ctx.Err() == nil && neverConnected(err) {
+			// The server is gone (nothing listens at its address): the
+			// request never left.
+			return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: err}
+		}
 		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
 	}
 	result := resultJSON(res)
@@ -160,6 +172,14 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: result, Content: full}
 	}
 	return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: result, Content: full}
+}
+
+// neverConnected reports an error from dialling the server: no connection
+// was made, so nothing was written. (Any later error — a reset, a closed
+// stream, a dead process — may come after the server read the request.)
+func neverConnected(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // isProtocolRefusal reports a JSON-RPC error that says the request was not

@@ -3,7 +3,11 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -142,6 +146,100 @@ func TestCommandServer(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		out := call(t, c, context.Background(), "pid")
 		if out.Kind != airlock.OutcomeNotSent {
+			t.Fatalf("outcome = %v (%v), want not sent", out.Kind, out.Err)
+		}
+	})
+}
+
+// httpServer is an MCP server over streamable HTTP that speaks only
+// 2025-11-25 and keeps its events, so a client can resume a stream; its
+// tool "write" counts executions and closes the call's stream before it
+// answers, as that revision allows.
+type httpServer struct {
+	srv        *httptest.Server
+	executions atomic.Int64
+}
+
+func startHTTPServer(t *testing.T) *httpServer {
+	t.Helper()
+	h := &httpServer{}
+	s := sdk.NewServer(&sdk.Implementation{Name: "resumable", Version: "v0"}, &sdk.ServerOptions{
+		SupportedProtocolVersions: []string{"2025-11-25"},
+	})
+	sdk.AddTool(s, &sdk.Tool{Name: "write"}, func(_ context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, pidResult, error) {
+		n := h.executions.Add(1)
+		if req.Extra != nil && req.Extra.CloseSSEStream != nil {
+			req.Extra.CloseSSEStream(sdk.CloseSSEStreamArgs{RetryAfter: 10 * time.Millisecond})
+		}
+		time.Sleep(100 * time.Millisecond) // the answer comes after the stream closed
+		return nil, pidResult{PID: int(n)}, nil
+	})
+	sdk.AddTool(s, &sdk.Tool{Name: "pid"}, func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, pidResult, error) {
+		return nil, pidResult{PID: os.Getpid()}, nil
+	})
+	handler := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, &sdk.StreamableHTTPOptions{
+		EventStore: sdk.NewMemoryEventStore(nil),
+	})
+	h.srv = httptest.NewServer(handler)
+	t.Cleanup(func() {
+		h.srv.CloseClientConnections()
+		h.srv.Close()
+		for ss := range s.Sessions() { // those whose client could not say goodbye
+			_ = ss.Close()
+		}
+	})
+	return h
+}
+
+func TestHTTPServer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StreamClosedMidCallIsResumed", func(t *testing.T) {
+		t.Parallel()
+		h := startHTTPServer(t)
+		c := mcp.NewHTTP(h.srv.URL)
+		t.Cleanup(func() { _ = c.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out := call(t, c, ctx, "write")
+		if out.Kind != airlock.OutcomeSucceeded {
+			t.Fatalf("outcome = %v (%v), want succeeded: the stream can be resumed", out.Kind, out.Err)
+		}
+		if got := h.executions.Load(); got != 1 {
+			t.Fatalf("executions = %d, want 1", got)
+		}
+		if len(out.Content) == 0 {
+			t.Fatal("no result content to store with the record")
+		}
+	})
+
+	t.Run("ServerGoneBetweenCallsIsNotSent", func(t *testing.T) {
+		t.Parallel()
+		h := startHTTPServer(t)
+		c := mcp.NewHTTP(h.srv.URL)
+		t.Cleanup(func() { _ = c.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		pidOf(t, call(t, c, ctx, "pid"))
+		h.srv.CloseClientConnections()
+		h.srv.Close()
+		out := call(t, c, ctx, "pid")
+		if out.Kind != airlock.OutcomeNotSent {
+			t.Fatalf("outcome = %v (%v), want not sent: nothing listens at the address", out.Kind, out.Err)
+		}
+	})
+
+	t.Run("NoServerIsNotSent", func(t *testing.T) {
+		t.Parallel()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		c := mcp.NewHTTP("http://" + addr + "/mcp")
+		t.Cleanup(func() { _ = c.Close() })
+		if out := call(t, c, context.Background(), "pid"); out.Kind != airlock.OutcomeNotSent {
 			t.Fatalf("outcome = %v (%v), want not sent", out.Kind, out.Err)
 		}
 	})
