@@ -163,6 +163,9 @@ type CallRequest struct {
 	CallID    string `json:"-"`
 	// TraceParent and TraceState are the caller's W3C trace context.
 	TraceParent, TraceState string `json:"-"`
+	// Progress relays the upstream's progress reports to the caller (an
+	// MCP caller that sent a progressToken); nil: none asked for.
+	Progress func(upstream.Progress) `json:"-"`
 }
 
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
@@ -277,7 +280,7 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		ctx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
 		defer cancel()
 		tp, ts := g.traceOf(ctx)
-		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, TraceParent: tp, TraceState: ts})
+		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, TraceParent: tp, TraceState: ts, Progress: req.Progress})
 		switch out.Kind {
 		case airlock.OutcomeSucceeded:
 			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result, Content: out.Content}, nil
@@ -291,7 +294,9 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID},
 		func(ctx context.Context, key string) airlock.Outcome {
 			tp, ts := g.traceOf(ctx)
-			return caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, Key: key, TraceParent: tp, TraceState: ts})
+			// Progress goes to the caller whose call runs the side effect
+			// (a repeat runs nothing and hears nothing).
+			return caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, Key: key, TraceParent: tp, TraceState: ts, Progress: req.Progress})
 		})
 }
 

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/upstream"
 )
 
 const instructions = `Tools that change something are protected by airlock: calling one again with the same arguments returns the first call's result (marked "repeat": true) instead of doing the work twice. If an answer says the work is in progress or in doubt, do not redo it and do not look for another way to do it.`
@@ -125,6 +127,11 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		creq.TraceState, _ = req.Params.Meta[metaTraceState].(string)
 		if creq.TraceParent == "" && req.Extra != nil && req.Extra.Header != nil {
 			creq.TraceParent, creq.TraceState = req.Extra.Header.Get("traceparent"), req.Extra.Header.Get("tracestate")
+		}
+		if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+			relay := newProgressRelay(ctx, req.Session, tok)
+			defer relay.end()
+			creq.Progress = relay.send
 		}
 		a, err := g.Call(ctx, creq)
 		if err != nil {
@@ -247,4 +254,38 @@ func renderText(a *airlock.Answer) string {
 		fmt.Fprintf(&b, "\nResult: %s", a.Result)
 	}
 	return b.String()
+}
+
+// progressRelay passes an upstream's progress reports to the MCP caller
+// that asked for them with its progressToken, until its request is
+// answered: a write's side effect outlives a caller that gave up, and a
+// notification must not name a token whose request is over.
+type progressRelay struct {
+	ctx     context.Context
+	session *mcp.ServerSession
+	token   any
+
+	mu   sync.Mutex
+	done bool
+}
+
+func newProgressRelay(ctx context.Context, s *mcp.ServerSession, token any) *progressRelay {
+	return &progressRelay{ctx: ctx, session: s, token: token}
+}
+
+func (r *progressRelay) send(p upstream.Progress) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || r.ctx.Err() != nil {
+		return
+	}
+	_ = r.session.NotifyProgress(r.ctx, &mcp.ProgressNotificationParams{
+		ProgressToken: r.token, Progress: p.Progress, Total: p.Total, Message: p.Message,
+	})
+}
+
+func (r *progressRelay) end() {
+	r.mu.Lock()
+	r.done = true
+	r.mu.Unlock()
 }

@@ -24,6 +24,17 @@ type Request struct {
 	// (the traceparent and tracestate headers; MCP _meta), so that the
 	// upstream's spans join the agent's trace. Empty: none.
 	TraceParent, TraceState string
+	// Progress, when set, takes the upstream's progress reports on this
+	// call and passes them to the caller (MCP notifications/progress).
+	// Nil: the caller asked for none.
+	Progress func(Progress)
+}
+
+// Progress is one progress report of a call under way.
+type Progress struct {
+	Progress float64 // so far; rises with every report
+	Total    float64 // 0: unknown
+	Message  string
 }
 
 // Caller executes tool calls. Its context carries the tool's timeout.

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +32,10 @@ tools:
     kind: read
     input_schema: {type: object, properties: {id: {type: string}}}
     upstream: {name: media, tool: broken}
+  - name: steps
+    kind: read
+    input_schema: {type: object}
+    upstream: {name: media, tool: steps}
   - name: render
     kind: write
     input_schema: {type: object, properties: {id: {type: string}}, required: [id]}
@@ -56,6 +62,26 @@ func mediaContent() []mcp.Content {
 type passBundle struct {
 	session *mcp.ClientSession
 	renders atomic.Int64
+
+	mu       sync.Mutex
+	progress []*mcp.ProgressNotificationParams // what the agent heard
+}
+
+func (b *passBundle) heard() []*mcp.ProgressNotificationParams {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.progress)
+}
+
+// notifyProgress reports progress on req to its caller, when it asked.
+func notifyProgress(ctx context.Context, req *mcp.CallToolRequest, n int) {
+	tok := req.Params.GetProgressToken()
+	if tok == nil {
+		return
+	}
+	for i := 1; i <= n; i++ {
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(i), Total: float64(n), Message: fmt.Sprintf("step %d", i)})
+	}
 }
 
 func setupPassthrough(t *testing.T) *passBundle {
@@ -70,7 +96,12 @@ func setupPassthrough(t *testing.T) *passBundle {
 	})
 	media.AddTool(&mcp.Tool{Name: "render", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		n := b.renders.Add(1)
+		notifyProgress(ctx, req, 2)
 		return &mcp.CallToolResult{Content: mediaContent(), StructuredContent: map[string]any{"render": n}, Meta: mcp.Meta{"vendor.example/trace": "abc"}}, nil
+	})
+	media.AddTool(&mcp.Tool{Name: "steps", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		notifyProgress(ctx, req, 3)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
 	})
 	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return media }, nil))
 	t.Cleanup(up.Close)
@@ -97,7 +128,14 @@ func setupPassthrough(t *testing.T) *passBundle {
 		defer cancel()
 		_ = a.Close(ctx)
 	})
-	s, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, nil).Connect(context.Background(),
+	agent := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			b.mu.Lock()
+			b.progress = append(b.progress, req.Params)
+			b.mu.Unlock()
+		},
+	})
+	s, err := agent.Connect(context.Background(),
 		&mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer(agentToken)}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +230,74 @@ func TestMCPUpstreamResultsPassThrough(t *testing.T) {
 		}
 		if b.renders.Load() != 1 || first == nil {
 			t.Errorf("render executed %d times", b.renders.Load())
+		}
+	})
+}
+
+// Progress notifications of an MCP upstream reach the agent that asked for
+// them, with the agent's own token, before the answer.
+func TestMCPUpstreamProgressIsRelayed(t *testing.T) {
+	t.Parallel()
+	b := setupPassthrough(t)
+	ctx := context.Background()
+	want := func(t *testing.T, token string, n int) {
+		t.Helper()
+		var exp []string
+		for i := 1; i <= n; i++ {
+			exp = append(exp, fmt.Sprintf("%d/%d step %d", i, n, i))
+		}
+		var got []string
+		// The agent's SDK may hand a notification to its handler just
+		// after the answer; wait a little for the last.
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			got = got[:0]
+			for _, p := range b.heard() {
+				if p.ProgressToken == token {
+					got = append(got, fmt.Sprintf("%g/%g %s", p.Progress, p.Total, p.Message))
+				}
+			}
+			if len(got) >= len(exp) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !slices.Equal(got, exp) {
+			t.Errorf("token %s heard %q, want %q", token, got, exp)
+		}
+	}
+
+	t.Run("ARead", func(t *testing.T) {
+		params := &mcp.CallToolParams{Name: "steps", Arguments: map[string]any{}}
+		params.SetProgressToken("agent-read-1")
+		res, err := b.session.CallTool(ctx, params)
+		if err != nil || res.IsError {
+			t.Fatalf("%v %+v", err, res)
+		}
+		want(t, "agent-read-1", 3)
+	})
+
+	t.Run("AWriteAndItsRepeat", func(t *testing.T) {
+		for i, tok := range []string{"agent-write-1", "agent-write-2"} {
+			params := &mcp.CallToolParams{Name: "render", Arguments: map[string]any{"id": "p1"}}
+			params.SetProgressToken(tok)
+			res, err := b.session.CallTool(ctx, params)
+			if err != nil || res.IsError {
+				t.Fatalf("call %d: %v %+v", i, err, res)
+			}
+		}
+		want(t, "agent-write-1", 2)
+		want(t, "agent-write-2", 0) // the repeat ran nothing
+		if n := b.renders.Load(); n != 1 {
+			t.Errorf("render executed %d times", n)
+		}
+	})
+
+	t.Run("NoTokenNoProgress", func(t *testing.T) {
+		before := len(b.heard())
+		if _, err := b.session.CallTool(ctx, &mcp.CallToolParams{Name: "steps", Arguments: map[string]any{}}); err != nil {
+			t.Fatal(err)
+		}
+		if after := len(b.heard()); after != before {
+			t.Errorf("heard %d notifications without asking", after-before)
 		}
 	})
 }

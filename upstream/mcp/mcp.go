@@ -15,6 +15,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -37,6 +39,11 @@ const (
 type Client struct {
 	newTransport func() sdk.Transport
 	client       *sdk.Client
+
+	// progress maps the progress tokens airlock sent (one per call that
+	// wants progress) to the caller's relay.
+	progress  sync.Map // string → *progressRelay
+	lastToken atomic.Int64
 
 	mu      sync.Mutex
 	session *sdk.ClientSession
@@ -65,9 +72,53 @@ func NewHTTP(url string) *Client {
 }
 
 func newClient(t func() sdk.Transport) *Client {
-	return &Client{
-		newTransport: t,
-		client:       sdk.NewClient(&sdk.Implementation{Name: "airlock", Version: "v0"}, nil),
+	c := &Client{newTransport: t}
+	c.client = sdk.NewClient(&sdk.Implementation{Name: "airlock", Version: "v0"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: c.onProgress,
+	})
+	return c
+}
+
+// onProgress passes a progress notification to the call whose token it
+// names; the session is shared by all calls, the token is each call's own.
+func (c *Client) onProgress(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+	tok, ok := req.Params.ProgressToken.(string)
+	if !ok {
+		return
+	}
+	if r, ok := c.progress.Load(tok); ok {
+		r := r.(*progressRelay)
+		r.send(upstream.Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
+		r.last.Store(time.Now().UnixNano())
+	}
+}
+
+// progressRelay is one call's way back to its caller.
+type progressRelay struct {
+	send func(upstream.Progress)
+	last atomic.Int64 // when a notification was last passed on, in Unix ns
+}
+
+// The SDK hands notifications to their handler on a queue of their own and
+// a response straight to its caller, so a call's last reports may still be
+// queued when its answer arrives. After the answer the relay stays open
+// until the queue has gone quiet for progressQuiet (at most progressGrace),
+// so the caller hears them before the answer; only calls that asked for
+// progress wait.
+const (
+	progressQuiet = 5 * time.Millisecond
+	progressGrace = 100 * time.Millisecond
+)
+
+func (r *progressRelay) drain() {
+	start := time.Now()
+	for {
+		time.Sleep(time.Millisecond)
+		now := time.Now()
+		quietSince := max(start.UnixNano(), r.last.Load())
+		if now.Sub(time.Unix(0, quietSince)) >= progressQuiet || now.Sub(start) >= progressGrace {
+			return
+		}
 	}
 }
 
@@ -132,8 +183,18 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: fmt.Errorf("connecting to the MCP server: %w", err)}
 	}
 	params := &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(req.Args)}
-	if req.Key != "" || req.TraceParent != "" {
+	if req.Key != "" || req.TraceParent != "" || req.Progress != nil {
 		params.Meta = sdk.Meta{}
+	}
+	if req.Progress != nil {
+		// airlock's own token, not the caller's: callers' tokens are only
+		// unique within their sessions, and this session is shared.
+		tok := fmt.Sprintf("airlock-%d", c.lastToken.Add(1))
+		relay := &progressRelay{send: req.Progress}
+		c.progress.Store(tok, relay)
+		defer c.progress.Delete(tok)
+		defer relay.drain() // runs before the Delete
+		params.SetProgressToken(tok)
 	}
 	if req.Key != "" {
 		params.Meta[MetaKey] = req.Key
