@@ -196,6 +196,15 @@ type Upstream struct {
 type MCPUpstream struct {
 	Command []string `yaml:"command" json:"command,omitempty"`
 	URL     string   `yaml:"url" json:"url,omitempty"`
+	// Resources and Prompts offer the server's resources (list, read,
+	// templates) and prompts (list, get) to agents as they are: read-only,
+	// no key, no record. Default false: only the tools the manifest names.
+	Resources bool `yaml:"resources" json:"resources,omitempty"`
+	Prompts   bool `yaml:"prompts" json:"prompts,omitempty"`
+	// Prefix, when set, is put before the names of its prompts and
+	// resources ("docs" → "docs_summarize"), so that several upstreams'
+	// names do not clash. Default: none (the names as they are).
+	Prefix string `yaml:"prefix" json:"prefix,omitempty"`
 }
 
 // Tool is one operation an agent may call.
@@ -488,8 +497,16 @@ func (u Upstream) validate(v *validator, p string) {
 				v.add(p+".mcp.url", "%q is not an http(s) URL", u.MCP.URL)
 			}
 		}
+		switch {
+		case u.MCP.Prefix != "" && !u.MCP.Resources && !u.MCP.Prompts:
+			v.add(p+".mcp.prefix", "a prefix names resources and prompts; set resources: true or prompts: true, or remove it")
+		case u.MCP.Prefix != "" && !prefixRE.MatchString(u.MCP.Prefix):
+			v.add(p+".mcp.prefix", "%q is not a prefix: want a letter, then letters, digits or - (at most 32)", u.MCP.Prefix)
+		}
 	}
 }
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,31}$`)
 
 func (t *Tool) validate(v *validator, p string, m *Manifest) {
 	if !toolNameRE.MatchString(t.Name) {

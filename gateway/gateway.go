@@ -106,6 +106,7 @@ type Gateway struct {
 	ui      http.Handler
 	tracer  airlock.Tracer // nil: no spans
 	cancels cancels        // /mcp requests in flight, for notifications/cancelled
+	pass    *passThrough   // MCP upstreams' resources and prompts
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -143,6 +144,11 @@ func New(cfg Config) (*Gateway, error) {
 			g.callers[t.Name] = c
 		}
 	}
+	ups := make(map[string]any, len(cfg.Upstreams))
+	for n, c := range cfg.Upstreams {
+		ups[n] = c
+	}
+	g.pass = newPassThrough(g.m, ups, g.log.Warn)
 	version := cfg.Version
 	if version == "" {
 		version = "dev"

@@ -22,9 +22,18 @@ func (g *Gateway) MCPServer() *mcp.Server { return g.mcp }
 func ptr[T any](v T) *T { return &v }
 
 func (g *Gateway) newMCPServer(version string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, &mcp.ServerOptions{
-		Instructions: instructions,
-	})
+	opts := &mcp.ServerOptions{Instructions: instructions}
+	if g.pass.hasResources() || g.pass.hasPrompts() {
+		// Set, the capabilities replace the SDK's default ({"logging": {}}).
+		opts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}
+		if g.pass.hasResources() {
+			opts.Capabilities.Resources = &mcp.ResourceCapabilities{}
+		}
+		if g.pass.hasPrompts() {
+			opts.Capabilities.Prompts = &mcp.PromptCapabilities{}
+		}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, opts)
 	for _, t := range g.m.Tools {
 		if t.Kind == airlock.KindIrreversible {
 			// Proposed as plans, never called as themselves.
@@ -59,6 +68,9 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 	// what to do instead, not a bare "unknown tool".
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if res, ok, err := g.pass.handle(ctx, method, req); ok {
+				return res, err
+			}
 			if method == "tools/call" {
 				if ctr, ok := req.(*mcp.CallToolRequest); ok && ctr.Params != nil {
 					if t := g.irreversibleNamed(ctr.Params.Name); t != nil {

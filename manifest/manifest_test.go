@@ -98,6 +98,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{"limits.request_bytes", "from 1KiB to 64MiB"}},
 		{"unknown limit", "tools:\n", "limits: {run_id_bytes: 10}\ntools:\n", "test.yaml:3:",
 			[]string{`unknown field "run_id_bytes"`, "limits (request_bytes)"}},
+		{"prefix without resources or prompts", "tools:\n", "upstreams: {docs: {mcp: {url: \"http://127.0.0.1:9/mcp\", prefix: docs}}}\ntools:\n", "test.yaml:3:",
+			[]string{"upstreams.docs.mcp.prefix", "resources: true or prompts: true"}},
+		{"bad prefix", "tools:\n", "upstreams: {docs: {mcp: {url: \"http://127.0.0.1:9/mcp\", prompts: true, prefix: \"my docs\"}}}\ntools:\n", "test.yaml:3:",
+			[]string{"upstreams.docs.mcp.prefix", `"my docs" is not a prefix`}},
+		{"unknown mcp field", "tools:\n", "upstreams: {docs: {mcp: {url: \"http://127.0.0.1:9/mcp\", resource: true}}}\ntools:\n", "test.yaml:3:",
+			[]string{`unknown field "resource"`, "mcp (command, url, resources, prompts, prefix)"}},
 		{"bad on_mismatch", "    window: business_day\n", "    window: business_day\n    on_mismatch: ignore\n", "test.yaml:12:18",
 			[]string{"on_mismatch", "replay or reject"}},
 	} {

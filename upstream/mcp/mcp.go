@@ -151,6 +151,12 @@ func (c *Client) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
 	return s, nil
 }
 
+// Session is the open session (opened, or the process restarted, as for a
+// call), for the gateway's pass-through of resources and prompts.
+func (c *Client) Session(ctx context.Context) (*sdk.ClientSession, error) {
+	return c.sessionFor(ctx)
+}
+
 func (c *Client) drop(s *sdk.ClientSession) {
 	c.mu.Lock()
 	if c.session == s {
