@@ -19,6 +19,14 @@ const instructions = `Tools that change something are protected by airlock: call
 // MCPServer is the MCP server, for stdio (`airlock mcp`).
 func (g *Gateway) MCPServer() *mcp.Server { return g.mcp }
 
+// CloseSessions ends every MCP session still open (clients that never
+// said goodbye), at shutdown.
+func (g *Gateway) CloseSessions() {
+	for s := range g.mcp.Sessions() {
+		_ = s.Close()
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func (g *Gateway) newMCPServer(version string) *mcp.Server {

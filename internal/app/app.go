@@ -430,6 +430,9 @@ func (a *App) Close(ctx context.Context) error {
 	if a.Plans != nil {
 		waitOrDone(ctx, a.Plans.Wait)
 	}
+	if a.Gateway != nil {
+		a.Gateway.CloseSessions()
+	}
 	errs = append(errs, a.closeParts())
 	return errors.Join(errs...)
 }
