@@ -172,6 +172,10 @@ type CallRequest struct {
 	// Progress relays the upstream's progress reports to the caller (an
 	// MCP caller that sent a progressToken); nil: none asked for.
 	Progress func(upstream.Progress) `json:"-"`
+	// InputResponses and RequestState: an MCP agent's retry of a read whose
+	// upstream asked for input, passed on to the upstream as they came.
+	InputResponses json.RawMessage `json:"-"`
+	RequestState   string          `json:"-"`
 }
 
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
@@ -286,7 +290,8 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		ctx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
 		defer cancel()
 		tp, ts := g.traceOf(ctx)
-		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, TraceParent: tp, TraceState: ts, Progress: req.Progress})
+		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, TraceParent: tp, TraceState: ts, Progress: req.Progress,
+			InputResponses: req.InputResponses, RequestState: req.RequestState})
 		switch out.Kind {
 		case airlock.OutcomeSucceeded:
 			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result, Content: out.Content}, nil

@@ -148,6 +148,13 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		if creq.TraceParent == "" && req.Extra != nil && req.Extra.Header != nil {
 			creq.TraceParent, creq.TraceState = req.Extra.Header.Get("traceparent"), req.Extra.Header.Get("tracestate")
 		}
+		if len(req.Params.InputResponses) > 0 {
+			// The agent's answers to an upstream's inputRequests (a read).
+			if b, err := json.Marshal(req.Params.InputResponses); err == nil {
+				creq.InputResponses = b
+			}
+		}
+		creq.RequestState = req.Params.RequestState
 		if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 			relay := newProgressRelay(ctx, req.Session, tok)
 			defer relay.end()

@@ -28,6 +28,12 @@ type Request struct {
 	// call and passes them to the caller (MCP notifications/progress).
 	// Nil: the caller asked for none.
 	Progress func(Progress)
+	// InputResponses and RequestState continue a read whose upstream asked
+	// for input (MCP multi round-trip, 2026-07-28): the agent's answers to
+	// the upstream's inputRequests and the opaque state it echoes, both as
+	// the agent sent them. Empty: a first call.
+	InputResponses json.RawMessage
+	RequestState   string
 }
 
 // Progress is one progress report of a call under way.

@@ -57,6 +57,27 @@ func contentServer(t *testing.T, name, uri string) string {
 
 func setupResources(t *testing.T, manifestText string, replace ...string) *mcp.ClientSession {
 	t.Helper()
+	return connectAgent(t, startApp(t, manifestText, replace...), nil, "")
+}
+
+// connectAgent opens an agent's MCP session with the test token.
+// version: the protocol revision it asks for ("": the SDK's latest).
+func connectAgent(t *testing.T, url string, opts *mcp.ClientOptions, version string) *mcp.ClientSession {
+	t.Helper()
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, opts).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: &http.Client{Transport: bearer(agentToken)}},
+		&mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// startApp serves the manifest (with replace applied) and returns the
+// server's URL.
+func startApp(t *testing.T, manifestText string, replace ...string) string {
+	t.Helper()
 	hash := gateway.HashToken(agentToken)
 	replace = append(replace, "HASH", fmt.Sprintf("%x", hash[:]))
 	m, err := manifest.Parse([]byte(strings.NewReplacer(replace...).Replace(manifestText)), "res.yaml")
@@ -81,13 +102,7 @@ func setupResources(t *testing.T, manifestText string, replace ...string) *mcp.C
 		defer cancel()
 		_ = a.Close(ctx)
 	})
-	s, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, nil).Connect(context.Background(),
-		&mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer(agentToken)}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return srv.URL
 }
 
 func TestMCPUpstreamResourcesAndPrompts(t *testing.T) {

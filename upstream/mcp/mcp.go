@@ -75,6 +75,10 @@ func newClient(t func() sdk.Transport) *Client {
 	c := &Client{newTransport: t}
 	c.client = sdk.NewClient(&sdk.Implementation{Name: "airlock", Version: "v0"}, &sdk.ClientOptions{
 		ProgressNotificationHandler: c.onProgress,
+		// An upstream's request for input (elicitation, sampling, roots) in
+		// a result is passed back to the agent, whose client answers it and
+		// calls again; airlock has no person or model of its own to ask.
+		MultiRoundTrip: &sdk.MultiRoundTripOptions{Disabled: true},
 	})
 	return c
 }
@@ -212,6 +216,12 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 			params.Meta[MetaTraceState] = req.TraceState
 		}
 	}
+	if len(req.InputResponses) > 0 {
+		if err := json.Unmarshal(req.InputResponses, &params.InputResponses); err != nil {
+			return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: fmt.Errorf("inputResponses: %w", err)}
+		}
+	}
+	params.RequestState = req.RequestState
 	res, err := s.CallTool(ctx, params)
 	if err != nil {
 		if ctx.Err() == nil && isProtocolRefusal(err) {
@@ -227,6 +237,13 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 			return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: err}
 		}
 		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
+	}
+	if needsInput(res) && req.Key != "" {
+		// A guarded write that asks for input has not done its work; its
+		// answer cannot be stored as the record's result, since a repeat
+		// would replay a question. Input for writes is not relayed.
+		out, _ := json.Marshal(map[string]string{"error": "the upstream asked for input (elicitation or sampling) before doing the work; airlock relays that only for read tools, so nothing was done"})
+		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: out}
 	}
 	result := resultJSON(res)
 	// The whole result goes with the outcome: content of every type,
@@ -247,6 +264,12 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 func neverConnected(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// needsInput reports a multi round-trip result: the upstream asks the
+// client for input before it answers.
+func needsInput(res *sdk.CallToolResult) bool {
+	return res.NeedsInput() || len(res.InputRequests) > 0
 }
 
 // isProtocolRefusal reports a JSON-RPC error that says the request was not
