@@ -16,9 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/gateway"
-	"github.com/airlockhq/airlock/internal/app"
-	"github.com/airlockhq/airlock/manifest"
 	upmcp "github.com/airlockhq/airlock/upstream/mcp"
 )
 
@@ -80,37 +77,19 @@ func TestMCPConformanceSuite(t *testing.T) {
 		tools = append(tools, map[string]any{"name": st.Name, "kind": "read", "description": st.Description,
 			"input_schema": st.InputSchema, "upstream": map[string]any{"name": "ref", "tool": st.Name}})
 	}
-	text, err := json.Marshal(map[string]any{"version": 1, "tools": tools, "upstreams": map[string]any{
-		"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := manifest.Parse(text, "conformance.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hash := gateway.HashToken(agentToken)
-	a, err := app.New(ctx, &app.Config{Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true,
-		Tokens: []gateway.Token{{Name: "conformance", Role: "agent", SHA256: hash}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Gateway.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = a.Close(c)
+	text, err := json.Marshal(map[string]any{"version": 1, "tools": tools,
+		"upstreams": map[string]any{"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true}}},
+		"auth":      map[string]any{"tokens": []any{map[string]any{"name": "conformance", "role": "agent", "sha256": "HASH"}}},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	airlockURL := startApp(t, string(text))
 
 	// The suite's client sends no bearer token: a loopback proxy in the
 	// test adds one (decision in docs/gateway.md, Conformance), so airlock
 	// runs with its authentication as deployed.
-	target, _ := url.Parse(srv.URL)
+	target, _ := url.Parse(airlockURL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	director := proxy.Director
 	proxy.Director = func(r *http.Request) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,8 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/gateway"
-	"github.com/airlockhq/airlock/internal/app"
-	"github.com/airlockhq/airlock/manifest"
 )
 
 const passManifest = `version: 1
@@ -105,43 +102,14 @@ func setupPassthrough(t *testing.T) *passBundle {
 	})
 	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return media }, nil))
 	t.Cleanup(up.Close)
-	hash := gateway.HashToken(agentToken)
-	m, err := manifest.Parse([]byte(strings.NewReplacer("MEDIA", up.URL, "HASH", fmt.Sprintf("%x", hash[:])).Replace(passManifest)), "pass.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := gateway.TokensFromManifest(m.Auth.Tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(context.Background(), &app.Config{Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true, Tokens: tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Gateway.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = a.Close(ctx)
-	})
-	agent := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, &mcp.ClientOptions{
+	url := startApp(t, passManifest, "MEDIA", up.URL)
+	b.session = connectAgent(t, url, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			b.mu.Lock()
 			b.progress = append(b.progress, req.Params)
 			b.mu.Unlock()
 		},
-	})
-	s, err := agent.Connect(context.Background(),
-		&mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp", HTTPClient: &http.Client{Transport: bearer(agentToken)}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	b.session = s
+	}, "")
 	return b
 }
 
