@@ -248,7 +248,11 @@ func (s *Store) GetPlanByKey(ctx context.Context, key string) (*airlock.Plan, er
 
 // WaitingPlans implements airlock.PlanStore.
 func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error) {
+	// INDEXED BY: without statistics SQLite prefers the status index and
+	// then reads every waiting plan's row (0.27 s for 115,000 waiting
+	// plans in the 10 M soak, against 0.03 s from this index alone).
 	rows, err := s.read.QueryContext(ctx, `SELECT tool, count(*), min(created_at) FROM airlock_plans
+		INDEXED BY airlock_plans_waiting
 		WHERE status = 'awaiting_approval' GROUP BY tool ORDER BY tool`)
 	if err != nil {
 		return nil, err
