@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,25 @@ func TestBenchCompareTracing(t *testing.T) {
 	}
 	if r := runCLI(t, "bench", "--compare-tracing", "--through", "direct"); r.code == 0 || !strings.Contains(r.stderr, "--through core, http or mcp") {
 		t.Fatalf("--through direct: %+v", r)
+	}
+	// Rounds: each round's cost, their median, every round's spans.
+	r = runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "r.db"), "--compare-tracing", "--rounds", "3", "--calls", "100", "--concurrency", "4")
+	var rounds struct {
+		CostPct       *float64  `json:"tracing_cost_pct"`
+		CostRounds    []float64 `json:"tracing_cost_rounds"`
+		SpansExported *int64    `json:"spans_exported"`
+	}
+	if (r.code != 0 && r.code != 1) || json.Unmarshal([]byte(r.stdout), &rounds) != nil || rounds.CostPct == nil ||
+		len(rounds.CostRounds) != 3 || rounds.SpansExported == nil || *rounds.SpansExported < 3*2*100*4 {
+		t.Fatalf("bench --compare-tracing --rounds 3: exit %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	sorted := slices.Clone(rounds.CostRounds)
+	slices.Sort(sorted)
+	if *rounds.CostPct != sorted[1] {
+		t.Fatalf("cost %v is not the median of %v", *rounds.CostPct, rounds.CostRounds)
+	}
+	if r := runCLI(t, "bench", "--compare-tracing", "--rounds", "0"); r.code == 0 || !strings.Contains(r.stderr, "--rounds must be from 1 to 20, not 0") {
+		t.Fatalf("--rounds 0: %+v", r)
 	}
 }
 

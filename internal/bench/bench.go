@@ -83,7 +83,10 @@ type Result struct {
 	// tracing on in percent, and the spans exported while on.
 	TracingOffCallsPerS float64  `json:"tracing_off_calls_per_s,omitempty"`
 	TracingCostPct      *float64 `json:"tracing_cost_pct,omitempty"`
-	SpansExported       *int64   `json:"spans_exported,omitempty"`
+	// TracingCostRounds: each round's cost, when --rounds asked for more
+	// than one (TracingCostPct is their median).
+	TracingCostRounds []float64 `json:"tracing_cost_rounds,omitempty"`
+	SpansExported     *int64    `json:"spans_exported,omitempty"`
 	// AuditLost (airlock): audit events given up because the store did not
 	// take them in time; OK requires none.
 	AuditLost *int64 `json:"audit_lost,omitempty"`
