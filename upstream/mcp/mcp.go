@@ -110,8 +110,8 @@ type progressRelay struct {
 // so the caller hears them before the answer; only calls that asked for
 // progress wait.
 const (
-	progressQuiet = 5 * time.Millisecond
-	progressGrace = 100 * time.Millisecond
+	progressQuiet = 25 * time.Millisecond
+	progressGrace = 250 * time.Millisecond
 )
 
 func (r *progressRelay) drain() {
