@@ -48,7 +48,7 @@ type passThrough struct {
 	log     func(msg string, args ...any)
 
 	mu    sync.Mutex
-	byURI map[string]*passSource // the upstream that listed a resource
+	byURI map[string]*passSource // the upstream that listed a resource, by the latest list
 }
 
 func newPassThrough(m *airlock.Manifest, ups map[string]any, log func(string, ...any)) *passThrough {
@@ -80,43 +80,35 @@ func (p *passThrough) hasPrompts() bool {
 	return slices.ContainsFunc(p.sources, func(s *passSource) bool { return s.prompts })
 }
 
-// handle answers the methods it serves; ok false: not one of them.
+// handle answers the methods it serves; ok false: not one of them (or
+// no upstream offers that kind), so the SDK answers as it would.
 func (p *passThrough) handle(ctx context.Context, method string, req mcp.Request) (res mcp.Result, ok bool, err error) {
+	switch {
+	case strings.HasPrefix(method, "resources/") && p.hasResources():
+	case strings.HasPrefix(method, "prompts/") && p.hasPrompts():
+	default:
+		return nil, false, nil
+	}
 	switch method {
 	case "resources/list":
-		if !p.hasResources() {
-			return nil, false, nil
-		}
 		res, err = p.listResources(ctx)
 	case "resources/templates/list":
-		if !p.hasResources() {
-			return nil, false, nil
-		}
 		res, err = p.listTemplates(ctx)
 	case "resources/read":
-		if !p.hasResources() {
-			return nil, false, nil
-		}
 		r, _ := req.(*mcp.ReadResourceRequest)
 		if r == nil || r.Params == nil || r.Params.URI == "" {
 			return nil, true, invalidParams("params.uri: required: the resource's URI, as resources/list gave it")
 		}
 		res, err = p.read(ctx, r.Params)
 	case "prompts/list":
-		if !p.hasPrompts() {
-			return nil, false, nil
-		}
 		res, err = p.listPrompts(ctx)
 	case "prompts/get":
-		if !p.hasPrompts() {
-			return nil, false, nil
-		}
 		r, _ := req.(*mcp.GetPromptRequest)
 		if r == nil || r.Params == nil || r.Params.Name == "" {
 			return nil, true, invalidParams("params.name: required: the prompt's name, as prompts/list gave it")
 		}
 		res, err = p.getPrompt(ctx, r.Params)
-	default:
+	default: // subscribe, unsubscribe: not passed through
 		return nil, false, nil
 	}
 	return res, true, err
@@ -183,10 +175,9 @@ func (p *passThrough) listResources(ctx context.Context) (*mcp.ListResourcesResu
 		}
 		return nil
 	})
+	// The latest list says where each URI lives; older entries go with it.
 	p.mu.Lock()
-	for u, s := range byURI {
-		p.byURI[u] = s
-	}
+	p.byURI = byURI
 	p.mu.Unlock()
 	return out, err
 }
