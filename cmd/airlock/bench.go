@@ -123,8 +123,17 @@ func cmdBench(e *env, args []string) int {
 // benchThrough measures a call path end to end; for the gateway paths it
 // first measures a direct call and the core path on fresh keys, so the
 // added cost is read from one run.
+// ratio is a over b, to two places, or nil when b is nothing.
+func ratio(a, b float64) *float64 {
+	if b <= 0 {
+		return nil
+	}
+	r := math.Round(a/b*100) / 100
+	return &r
+}
+
 func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
-	th, err := bench.StartThrough(e.ctx, dsn, nil)
+	th, err := bench.StartThrough(e.ctx, dsn, &bench.ThroughConfig{Sessions: cfg.Concurrency})
 	if err != nil {
 		return fail(e, "%v", err)
 	}
@@ -151,9 +160,26 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
 			return fail(e, "%v", err)
 		}
 	}
+	var viaHTTP, bare bench.Result
+	if path == bench.ThroughMCP {
+		// The paths it is held against, in the same run.
+		if viaHTTP, err = measure(bench.ThroughHTTP); err != nil {
+			return fail(e, "%v", err)
+		}
+		if bare, err = measure(bench.ThroughBareMCP); err != nil {
+			return fail(e, "%v", err)
+		}
+	}
 	res, err := measure(path)
 	if err != nil {
 		return fail(e, "%v", err)
+	}
+	if viaHTTP.Calls > 0 {
+		res.HTTPCallsPerS, res.HTTPP50us = viaHTTP.CallsPerS, viaHTTP.P50us
+		res.BareMCPCallsPerS, res.BareMCPP50us = bare.CallsPerS, bare.P50us
+		res.HTTPCPUusPerCall, res.BareMCPCPUusPerCall = viaHTTP.CPUusPerCall, bare.CPUusPerCall
+		res.VsHTTP, res.VsBareMCP = ratio(res.CallsPerS, viaHTTP.CallsPerS), ratio(res.CallsPerS, bare.CallsPerS)
+		res.OK = res.OK && viaHTTP.OK
 	}
 	if core.Calls > 0 {
 		res.DirectP50us, res.CoreP50us = direct.P50us, core.P50us

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -166,6 +167,39 @@ func TestMigrateAndBench(t *testing.T) {
 	}
 	if r := runCLI(t, "bench", "--mode", "fast"); r.code == 0 || !strings.Contains(r.stderr, "--mode") {
 		t.Fatalf("bad mode: %+v", r)
+	}
+}
+
+// --through mcp measures, in one run, the HTTP API path and a bare MCP
+// server on the same SDK, and reports airlock's MCP path against both; the
+// ratios are benchmark figures (docs/BENCHMARKS.md), only their presence
+// and the run's correctness are asserted.
+func TestBenchThroughMCPMeasuresItsFloors(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "t.db"), "--through", "mcp", "--calls", "200", "--concurrency", "4")
+	var res struct {
+		Through     string   `json:"through"`
+		OK          bool     `json:"ok"`
+		Executions  int      `json:"executions"`
+		CPU         int64    `json:"cpu_us_per_call"`
+		HTTP        float64  `json:"http_calls_per_s"`
+		Bare        float64  `json:"bare_mcp_calls_per_s"`
+		BareCPU     int64    `json:"bare_mcp_cpu_us_per_call"`
+		VsHTTP      *float64 `json:"vs_http"`
+		VsBare      *float64 `json:"vs_bare_mcp"`
+		AddedP50us  *int64   `json:"added_p50_us"`
+		AuditLost   *int64   `json:"audit_lost"`
+		ExecsPerKey int      `json:"executions_per_key_max"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil {
+		t.Fatalf("bench --through mcp: exit %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if res.Through != "mcp" || !res.OK || res.Executions != 200 || res.ExecsPerKey != 1 || res.HTTP <= 0 || res.Bare <= 0 ||
+		res.VsHTTP == nil || res.VsBare == nil || res.AddedP50us == nil || res.AuditLost == nil || *res.AuditLost != 0 {
+		t.Fatalf("bench --through mcp: %s", r.stdout)
+	}
+	if runtime.GOOS == "linux" && (res.CPU <= 0 || res.BareCPU <= 0) {
+		t.Fatalf("bench --through mcp: no CPU per call: %s", r.stdout)
 	}
 }
 

@@ -68,6 +68,10 @@ type Result struct {
 	WakeP50us  int64   `json:"wake_p50_us,omitempty"`
 	WakeP99us  int64   `json:"wake_p99_us,omitempty"`
 	PeakRSSMiB float64 `json:"peak_rss_mib,omitempty"`
+	// CPUusPerCall is the CPU time (user and system) of the whole bench
+	// process — callers, airlock, upstream, an embedded database — per
+	// measured call.
+	CPUusPerCall int64 `json:"cpu_us_per_call,omitempty"`
 	// Through is the call path (--through); with http or mcp the same run
 	// also measures a direct call to the upstream and the core path, and
 	// AddedP50us is this path's median minus the core's.
@@ -75,6 +79,17 @@ type Result struct {
 	DirectP50us int64  `json:"direct_p50_us,omitempty"`
 	CoreP50us   int64  `json:"core_p50_us,omitempty"`
 	AddedP50us  *int64 `json:"added_p50_us,omitempty"`
+	// With --through mcp the same run also measures the HTTP API path and
+	// a bare MCP server on the same SDK forwarding to the same upstream
+	// with no guard; the ratios are this path's calls/s over theirs.
+	HTTPCallsPerS       float64  `json:"http_calls_per_s,omitempty"`
+	HTTPP50us           int64    `json:"http_p50_us,omitempty"`
+	BareMCPCallsPerS    float64  `json:"bare_mcp_calls_per_s,omitempty"`
+	BareMCPP50us        int64    `json:"bare_mcp_p50_us,omitempty"`
+	HTTPCPUusPerCall    int64    `json:"http_cpu_us_per_call,omitempty"`
+	BareMCPCPUusPerCall int64    `json:"bare_mcp_cpu_us_per_call,omitempty"`
+	VsHTTP              *float64 `json:"vs_http,omitempty"`
+	VsBareMCP           *float64 `json:"vs_bare_mcp,omitempty"`
 	// With --compare-audit: the same workload without the audit events of
 	// claims and completions and without metrics, and the cost in percent.
 	AuditOffCallsPerS float64  `json:"audit_off_calls_per_s,omitempty"`
@@ -146,6 +161,7 @@ type runner struct {
 	total    atomic.Int64
 	errors   atomic.Int64
 	firstErr atomic.Value
+	cpu      time.Duration // the process's CPU time over the last pool
 }
 
 func (r *runner) call(ctx context.Context, idx int) (time.Duration, bool) {
@@ -223,6 +239,9 @@ func Run(ctx context.Context, caller Caller, cfg Config) Result {
 	res.Executions = r.total.Load()
 	res.Errors = r.errors.Load()
 	res.PeakRSSMiB = peakRSSMiB()
+	if r.cpu > 0 && len(lat) > 0 && cfg.Mode != ModeRace {
+		res.CPUusPerCall = r.cpu.Microseconds() / int64(len(lat))
+	}
 	res.OK = res.Errors == 0 && res.ExecutionsPerKeyMax <= 1
 	if e, _ := r.firstErr.Load().(string); e != "" {
 		res.Error = e
@@ -235,6 +254,8 @@ func (r *runner) pool(ctx context.Context, n int, keyOf func(int) int) ([]time.D
 	lat := make([]time.Duration, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	cpu0 := processCPU()
+	defer func() { r.cpu = processCPU() - cpu0 }()
 	start := time.Now()
 	for range r.cfg.Concurrency {
 		wg.Add(1)

@@ -28,6 +28,10 @@ const (
 	ThroughCore   = "core"   // the guard in process, the upstream over HTTP
 	ThroughHTTP   = "http"   // POST /v1/calls to a gateway on loopback
 	ThroughMCP    = "mcp"    // an MCP client to the gateway's /mcp
+	// ThroughBareMCP is an MCP server on the same SDK, with the same
+	// transport options, that forwards the tool to the same upstream with
+	// no guard: the floor any MCP gateway pays.
+	ThroughBareMCP = "bare-mcp"
 )
 
 const benchToken = "bench-agent-token"
@@ -44,13 +48,19 @@ type Through struct {
 	client      *http.Client
 	pending     sync.Map // record_id -> func() json.RawMessage
 	servers     []*http.Server
-	mcp         *mcp.ClientSession
+	mcp         []*mcp.ClientSession
+	bareURL     string
+	sessions    int // MCP client sessions per path: one per caller
 }
 
 // ThroughConfig configures StartThrough; nil means defaults.
 type ThroughConfig struct {
 	// Tracer makes the server's spans. Default: none.
 	Tracer airlock.Tracer
+	// Sessions is how many MCP client sessions the mcp paths share among
+	// their callers; set it to the concurrency, as each agent has its own.
+	// Default: 1.
+	Sessions int
 }
 
 // StartThrough starts the upstream and a whole airlock server (the same
@@ -60,7 +70,7 @@ func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through
 	if cfg == nil {
 		cfg = &ThroughConfig{}
 	}
-	t := &Through{}
+	t := &Through{sessions: cfg.Sessions}
 	t.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}}
 	up, err := t.serve(http.HandlerFunc(t.upstream))
 	if err != nil {
@@ -97,6 +107,10 @@ func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through
 		t.Close()
 		return nil, err
 	}
+	if t.bareURL, err = t.serve(t.bareMCP()); err != nil {
+		t.Close()
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -115,8 +129,8 @@ func (t *Through) serve(h http.Handler) (string, error) {
 // events); a second Close does nothing.
 func (t *Through) Close() {
 	t.closeOnce.Do(func() {
-		if t.mcp != nil {
-			t.mcp.Close()
+		for _, s := range t.mcp {
+			_ = s.Close()
 		}
 		for _, s := range t.servers {
 			_ = s.Close()
@@ -153,19 +167,33 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 		return callerFunc(t.core), nil
 	case ThroughHTTP:
 		return callerFunc(t.viaHTTP), nil
-	case ThroughMCP:
-		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v1"}, nil)
-		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{
-			Endpoint: t.gatewayURL + "/mcp", MaxRetries: -1,
-			HTTPClient: &http.Client{Transport: tokenTransport{t.client.Transport}},
-		}, nil)
-		if err != nil {
-			return nil, err
+	case ThroughMCP, ThroughBareMCP:
+		endpoint := t.gatewayURL + "/mcp"
+		if path == ThroughBareMCP {
+			endpoint = t.bareURL + "/mcp"
 		}
-		t.mcp = s
-		return callerFunc(t.viaMCP), nil
+		// One session per caller, as agents each have their own.
+		n := max(1, t.sessions)
+		pool := make(chan *mcp.ClientSession, n)
+		for range n {
+			c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v1"}, nil)
+			s, err := c.Connect(ctx, &mcp.StreamableClientTransport{
+				Endpoint: endpoint, MaxRetries: -1,
+				HTTPClient: &http.Client{Transport: tokenTransport{t.client.Transport}},
+			}, nil)
+			if err != nil {
+				return nil, err
+			}
+			t.mcp = append(t.mcp, s)
+			pool <- s
+		}
+		return callerFunc(func(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+			s := <-pool
+			defer func() { pool <- s }()
+			return t.viaMCP(ctx, s, key, fn)
+		}), nil
 	}
-	return nil, fmt.Errorf("--through %q: want direct, core, http or mcp", path)
+	return nil, fmt.Errorf("--through %q: want direct, core, http, mcp or bare-mcp", path)
 }
 
 type callerFunc func(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error)
@@ -250,10 +278,10 @@ func (t *Through) viaHTTP(ctx context.Context, key string, fn func() json.RawMes
 	return out, ran.Load(), err
 }
 
-func (t *Through) viaMCP(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+func (t *Through) viaMCP(ctx context.Context, s *mcp.ClientSession, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
 	ran, done := t.register(key, fn)
 	defer done()
-	res, err := t.mcp.CallTool(ctx, &mcp.CallToolParams{Name: t.tool.Name, Arguments: map[string]string{"record_id": key}})
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: t.tool.Name, Arguments: map[string]string{"record_id": key}})
 	if err != nil {
 		return nil, false, err
 	}
@@ -262,4 +290,19 @@ func (t *Through) viaMCP(ctx context.Context, key string, fn func() json.RawMess
 	}
 	b, _ := json.Marshal(res.StructuredContent)
 	return b, ran.Load(), nil
+}
+
+// bareMCP is the MCP server with no guard: the bench tool, with the same
+// input schema and the gateway's transport options, forwards its arguments
+// to the upstream and returns its answer as structured content and text.
+func (t *Through) bareMCP() http.Handler {
+	s := mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "v1"}, nil)
+	s.AddTool(&mcp.Tool{Name: t.tool.Name, InputSchema: t.tool.InputSchema}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		out, err := t.post(ctx, t.upstreamURL+"/do", req.Params.Arguments)
+		if err != nil {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}, StructuredContent: json.RawMessage(out)}, nil
+	})
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, gateway.StreamableOptions(0))
 }

@@ -147,8 +147,18 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 			return err
 		}
 		airlock.Seal(lastSeq, lastHash, pending)
+		if len(pending) == 0 {
+			return nil
+		}
+		// Prepared once per seal: parsing the UPDATE for every event was
+		// most of the sealer's cost.
+		update, err := tx.PrepareContext(ctx, `UPDATE airlock_audit SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`)
+		if err != nil {
+			return err
+		}
+		defer update.Close()
 		for _, e := range pending {
-			if _, err := tx.ExecContext(ctx, `UPDATE airlock_audit SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, e.Seq, e.PrevHash, e.Hash, e.ID); err != nil {
+			if _, err := update.ExecContext(ctx, e.Seq, e.PrevHash, e.Hash, e.ID); err != nil {
 				return err
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -205,6 +206,11 @@ func (s *Store) writer() {
 				}
 			}
 		}
+		// Yield once before taking the rest, so that callers just woken by
+		// the last commit can join this batch (as the PostgreSQL store's
+		// leader does): fewer, larger commits under load, and nothing to
+		// wait for when no one else runs.
+		runtime.Gosched()
 	fill:
 		for len(batch) < s.batch {
 			select {
