@@ -205,7 +205,18 @@ type MCPUpstream struct {
 	// resources ("docs" → "docs_summarize"), so that several upstreams'
 	// names do not clash. Default: none (the names as they are).
 	Prefix string `yaml:"prefix" json:"prefix,omitempty"`
+	// Sessions is how reads reach the server: "shared" (one session for
+	// every call) or "per_agent" (a session for each agent session, so that
+	// the server's log messages and its sampling and elicitation requests
+	// during a read reach the agent that made it). Default "shared".
+	Sessions string `yaml:"sessions" json:"sessions,omitempty"`
 }
+
+// MCP upstream session modes (MCPUpstream.Sessions).
+const (
+	SessionsShared   = "shared"
+	SessionsPerAgent = "per_agent"
+)
 
 // Tool is one operation an agent may call.
 type Tool struct {
@@ -502,6 +513,11 @@ func (u Upstream) validate(v *validator, p string) {
 			v.add(p+".mcp.prefix", "a prefix names resources and prompts; set resources: true or prompts: true, or remove it")
 		case u.MCP.Prefix != "" && !prefixRE.MatchString(u.MCP.Prefix):
 			v.add(p+".mcp.prefix", "%q is not a prefix: want a letter, then letters, digits or - (at most 32)", u.MCP.Prefix)
+		}
+		switch u.MCP.Sessions {
+		case "", SessionsShared, SessionsPerAgent:
+		default:
+			v.add(p+".mcp.sessions", "%q: want shared (the default) or per_agent", u.MCP.Sessions)
 		}
 	}
 }

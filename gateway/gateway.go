@@ -106,6 +106,7 @@ type Gateway struct {
 	ui      http.Handler
 	tracer  airlock.Tracer // nil: no spans
 	cancels cancels        // /mcp requests in flight, for notifications/cancelled
+	peers   peers          // MCP sessions that upstreams relay to
 	pass    *passThrough   // MCP upstreams' resources and prompts
 }
 
@@ -176,6 +177,9 @@ type CallRequest struct {
 	// upstream asked for input, passed on to the upstream as they came.
 	InputResponses json.RawMessage `json:"-"`
 	RequestState   string          `json:"-"`
+	// Peer is the agent's MCP session, for an upstream that relays its
+	// server's messages to it during a read; nil: not an MCP call.
+	Peer upstream.Peer `json:"-"`
 }
 
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
@@ -291,7 +295,7 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		defer cancel()
 		tp, ts := g.traceOf(ctx)
 		out := caller.Call(ctx, &upstream.Request{Tool: tool, Args: canon, TraceParent: tp, TraceState: ts, Progress: req.Progress,
-			InputResponses: req.InputResponses, RequestState: req.RequestState})
+			InputResponses: req.InputResponses, RequestState: req.RequestState, Peer: req.Peer})
 		switch out.Kind {
 		case airlock.OutcomeSucceeded:
 			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result, Content: out.Content}, nil

@@ -160,6 +160,9 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 			defer relay.end()
 			creq.Progress = relay.send
 		}
+		if req.Session != nil {
+			creq.Peer = g.peers.of(ctx, req.Session)
+		}
 		a, err := g.Call(ctx, creq)
 		if err != nil {
 			e := asError(err)
@@ -315,4 +318,117 @@ func (r *progressRelay) end() {
 	r.mu.Lock()
 	r.done = true
 	r.mu.Unlock()
+}
+
+// peers are the MCP sessions upstreams have relayed to, each with the
+// channel that closes when it ends.
+type peers struct {
+	done sync.Map // *mcp.ServerSession → chan struct{}
+}
+
+// of is the peer of a call made in session s with context ctx.
+func (ps *peers) of(ctx context.Context, s *mcp.ServerSession) *agentPeer {
+	ch := make(chan struct{})
+	v, loaded := ps.done.LoadOrStore(s, ch)
+	if !loaded {
+		go func() {
+			_ = s.Wait()
+			close(ch)
+			ps.done.Delete(s)
+		}()
+	}
+	return &agentPeer{session: s, call: ctx, done: v.(chan struct{})}
+}
+
+// agentPeer is an agent's MCP session as an upstream sees it (upstream.Peer):
+// what the upstream's server sends its client is relayed on the agent's
+// call while the call lasts — on the call's own stream — and on the session
+// after it.
+type agentPeer struct {
+	session *mcp.ServerSession
+	call    context.Context
+	done    <-chan struct{}
+}
+
+var _ upstream.Peer = (*agentPeer)(nil)
+
+func (p *agentPeer) ID() string {
+	if id := p.session.ID(); id != "" {
+		return id
+	}
+	return fmt.Sprintf("session-%p", p.session) // stdio: one session, no id
+}
+
+func (p *agentPeer) Done() <-chan struct{} { return p.done }
+
+func (p *agentPeer) Capabilities() json.RawMessage {
+	ip := p.session.InitializeParams()
+	if ip == nil || ip.Capabilities == nil {
+		return json.RawMessage(`{}`)
+	}
+	b, err := json.Marshal(ip.Capabilities)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
+
+func (p *agentPeer) ProtocolVersion() string {
+	if ip := p.session.InitializeParams(); ip != nil {
+		return ip.ProtocolVersion
+	}
+	return ""
+}
+
+// ctxFor is the agent's call while it lasts, so that the SDK sends on its
+// stream; after it, a context free of any request's values (so the SDK
+// sends on the session's own stream), ended with the upstream's ctx.
+func (p *agentPeer) ctxFor(ctx context.Context) (context.Context, context.CancelFunc) {
+	if p.call.Err() == nil {
+		return p.call, func() {}
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	return bg, func() { stop(); cancel() }
+}
+
+func (p *agentPeer) Notify(ctx context.Context, method string, params json.RawMessage) error {
+	if method != "notifications/message" {
+		return fmt.Errorf("airlock relays no %s notifications from upstreams", method)
+	}
+	var lp mcp.LoggingMessageParams
+	if err := json.Unmarshal(params, &lp); err != nil {
+		return err
+	}
+	// The SDK sends it only at or above the level the agent set.
+	ctx, done := p.ctxFor(ctx)
+	defer done()
+	return p.session.Log(ctx, &lp)
+}
+
+func (p *agentPeer) Request(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	ctx, done := p.ctxFor(ctx)
+	defer done()
+	var res any
+	var err error
+	switch method {
+	case "sampling/createMessage":
+		var cp mcp.CreateMessageParams
+		if err := json.Unmarshal(params, &cp); err != nil {
+			return nil, err
+		}
+		res, err = p.session.CreateMessage(ctx, &cp)
+	case "elicitation/create":
+		var ep mcp.ElicitParams
+		if err := json.Unmarshal(params, &ep); err != nil {
+			return nil, err
+		}
+		res, err = p.session.Elicit(ctx, &ep)
+	default:
+		return nil, fmt.Errorf("airlock relays no %s requests from upstreams", method)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(res)
 }

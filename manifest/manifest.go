@@ -146,7 +146,7 @@ var typeNames = map[string]string{
 	"airlock.Auth":        "auth (tokens)",
 	"airlock.TokenSpec":   "a token (name, role, sha256, env)",
 	"airlock.Upstream":    "an upstream (http, mcp, honors_idempotency_key)",
-	"airlock.MCPUpstream": "mcp (command, url, resources, prompts, prefix)",
+	"airlock.MCPUpstream": "mcp (command, url, resources, prompts, prefix, sessions)",
 	"airlock.Tool": "a tool (name, kind, description, input_schema, natural_key, window, grace, timeout, " +
 		"respond_within, repeat_wait, on_mismatch, max_calls_per_run, reconcile_with, reconcile, upstream, answers, approval)",
 	"airlock.Reconcile":    "reconcile (happened_when, not_happened_when)",

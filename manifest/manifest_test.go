@@ -103,7 +103,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad prefix", "tools:\n", "upstreams: {docs: {mcp: {url: \"http://127.0.0.1:9/mcp\", prompts: true, prefix: \"my docs\"}}}\ntools:\n", "test.yaml:3:",
 			[]string{"upstreams.docs.mcp.prefix", `"my docs" is not a prefix`}},
 		{"unknown mcp field", "tools:\n", "upstreams: {docs: {mcp: {url: \"http://127.0.0.1:9/mcp\", resource: true}}}\ntools:\n", "test.yaml:3:",
-			[]string{`unknown field "resource"`, "mcp (command, url, resources, prompts, prefix)"}},
+			[]string{`unknown field "resource"`, "mcp (command, url, resources, prompts, prefix, sessions)"}},
+		{"bad sessions", "tools:\n", "upstreams: {docs: {mcp: {url: \"http://127.0.0.1:9/mcp\", sessions: per_call}}}\ntools:\n", "test.yaml:3:",
+			[]string{"upstreams.docs.mcp.sessions", `"per_call": want shared (the default) or per_agent`}},
 		{"bad on_mismatch", "    window: business_day\n", "    window: business_day\n    on_mismatch: ignore\n", "test.yaml:12:18",
 			[]string{"on_mismatch", "replay or reject"}},
 	} {

@@ -34,6 +34,31 @@ type Request struct {
 	// the agent sent them. Empty: a first call.
 	InputResponses json.RawMessage
 	RequestState   string
+	// Peer is the agent's MCP session a read is made for; an upstream that
+	// keeps a session per agent relays to it what the server sends its
+	// client (log messages, sampling and elicitation requests). Nil: the
+	// call did not come through an MCP session, or it is a write.
+	Peer Peer
+}
+
+// Peer is an agent's MCP session, as an upstream sees it: where messages
+// from the upstream server to its client are relayed. Messages are JSON
+// (MCP params and results), so that drivers need no transport of their own.
+type Peer interface {
+	// ID names the agent's session while it lasts.
+	ID() string
+	// Done is closed when the agent's session ends.
+	Done() <-chan struct{}
+	// Capabilities are the client capabilities the agent declared at
+	// initialize, as JSON ({"sampling": {...}, "elicitation": {...}}).
+	Capabilities() json.RawMessage
+	// ProtocolVersion is the MCP revision the agent's session speaks.
+	ProtocolVersion() string
+	// Notify relays a notification (notifications/message) to the agent.
+	Notify(ctx context.Context, method string, params json.RawMessage) error
+	// Request relays a request (sampling/createMessage, elicitation/create)
+	// to the agent and returns the agent's result.
+	Request(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 }
 
 // Progress is one progress report of a call under way.

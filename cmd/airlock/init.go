@@ -53,9 +53,9 @@ func cmdInit(e *env, args []string) int {
 
 	var c *upmcp.Client
 	if up.URL != "" {
-		c = upmcp.NewHTTP(up.URL)
+		c = upmcp.NewHTTP(up.URL, nil)
 	} else {
-		c = upmcp.NewCommand(up.Command)
+		c = upmcp.NewCommand(up.Command, nil)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, *timeout)

@@ -280,15 +280,19 @@ func (a *App) connectUpstreams() {
 			if !filepath.IsAbs(argv[0]) && strings.ContainsRune(argv[0], filepath.Separator) && a.cfg.ManifestDir != "" {
 				argv[0] = filepath.Join(a.cfg.ManifestDir, argv[0])
 			}
-			c = upmcp.NewCommand(argv)
+			c = upmcp.NewCommand(argv, mcpOptions(u.MCP))
 		case u.MCP != nil:
-			c = upmcp.NewHTTP(u.MCP.URL)
+			c = upmcp.NewHTTP(u.MCP.URL, mcpOptions(u.MCP))
 		default:
 			continue
 		}
 		a.upstreams[name] = c
 		a.closers = append(a.closers, c.Close)
 	}
+}
+
+func mcpOptions(u *airlock.MCPUpstream) *upmcp.Options {
+	return &upmcp.Options{SessionPerAgent: u.Sessions == airlock.SessionsPerAgent}
 }
 
 // caller finds a tool's upstream: an in-process func first, then the

@@ -49,7 +49,9 @@ func TestMCPConformanceSuite(t *testing.T) {
 		t.Fatalf("building the SDK's conformance server: %v\n%s", err, out)
 	}
 	addr := freeAddr(t)
-	ref := exec.CommandContext(ctx, bin, "-http", addr)
+	// Stateful (its default is stateless), so that it can send sampling and
+	// elicitation requests to its client, as the suite asks of it.
+	ref := exec.CommandContext(ctx, bin, "-http", addr, "-stateless=false")
 	ref.Stderr = os.Stderr
 	if err := ref.Start(); err != nil {
 		t.Fatal(err)
@@ -60,7 +62,7 @@ func TestMCPConformanceSuite(t *testing.T) {
 	// Every tool of the reference server as a read tool.
 	var described *upmcp.Server
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		c := upmcp.NewHTTP(refURL)
+		c := upmcp.NewHTTP(refURL, nil)
 		var err error
 		described, err = c.Describe(ctx)
 		_ = c.Close()
@@ -78,7 +80,7 @@ func TestMCPConformanceSuite(t *testing.T) {
 			"input_schema": st.InputSchema, "upstream": map[string]any{"name": "ref", "tool": st.Name}})
 	}
 	text, err := json.Marshal(map[string]any{"version": 1, "tools": tools,
-		"upstreams": map[string]any{"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true}}},
+		"upstreams": map[string]any{"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true, "sessions": "per_agent"}}},
 		"auth":      map[string]any{"tokens": []any{map[string]any{"name": "conformance", "role": "agent", "sha256": "HASH"}}},
 	})
 	if err != nil {

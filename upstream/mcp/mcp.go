@@ -34,11 +34,27 @@ const (
 	MetaTraceState  = "tracestate"
 )
 
+// Options configure a Client; nil means defaults.
+type Options struct {
+	// SessionPerAgent gives every agent session its own upstream session
+	// for reads, so that what the server sends its client during a call —
+	// log messages, sampling and elicitation requests — is relayed to the
+	// agent that made the call, when its client supports them. Writes keep
+	// the shared session: their side effects outlive the agent's session.
+	// Default false: one session shared by every call, nothing relayed but
+	// progress.
+	SessionPerAgent bool
+	// MaxAgentSessions caps the upstream sessions kept for agents; reads of
+	// agents beyond it use the shared session. Default 256.
+	MaxAgentSessions int
+}
+
 // Client calls tools of one MCP server, opening the session on first use
 // and again after it breaks.
 type Client struct {
 	newTransport func() sdk.Transport
 	client       *sdk.Client
+	opts         Options
 
 	// progress maps the progress tokens airlock sent (one per call that
 	// wants progress) to the caller's relay.
@@ -47,21 +63,40 @@ type Client struct {
 
 	mu      sync.Mutex
 	session *sdk.ClientSession
-	ended   chan struct{} // closed when session ends (the process exited, the connection failed)
+	ended   chan struct{}            // closed when session ends (the process exited, the connection failed)
+	agents  map[string]*agentSession // by the agent session's id, with SessionPerAgent
+}
+
+// agentSession is an upstream session kept for one agent session.
+type agentSession struct {
+	session *sdk.ClientSession
+	ended   chan struct{}
+	last    atomic.Int64 // when a message was last relayed, in Unix ns
+
+	mu   sync.Mutex
+	peer upstream.Peer // of the agent's latest call: its context carries relays to that call
+}
+
+func (a *agentSession) currentPeer() upstream.Peer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peer
 }
 
 var _ upstream.Caller = (*Client)(nil)
 
-// NewCommand returns a client for an MCP server run as a command over stdio.
-func NewCommand(argv []string) *Client {
-	return newClient(func() sdk.Transport {
+// NewCommand returns a client for an MCP server run as a command over
+// stdio; opts nil means defaults.
+func NewCommand(argv []string, opts *Options) *Client {
+	return newClient(opts, func() sdk.Transport {
 		return &sdk.CommandTransport{Command: exec.Command(argv[0], argv[1:]...)}
 	})
 }
 
-// NewHTTP returns a client for an MCP server at a streamable HTTP endpoint.
-func NewHTTP(url string) *Client {
-	return newClient(func() sdk.Transport {
+// NewHTTP returns a client for an MCP server at a streamable HTTP
+// endpoint; opts nil means defaults.
+func NewHTTP(url string, opts *Options) *Client {
+	return newClient(opts, func() sdk.Transport {
 		// The SDK's reconnection (5 tries with backoff) resumes a call's
 		// stream with Last-Event-ID where the server allows it (2025-11-25
 		// with an event store): a stream closed mid-call still brings the
@@ -71,9 +106,15 @@ func NewHTTP(url string) *Client {
 	})
 }
 
-func newClient(t func() sdk.Transport) *Client {
+func newClient(opts *Options, t func() sdk.Transport) *Client {
 	c := &Client{newTransport: t}
-	c.client = sdk.NewClient(&sdk.Implementation{Name: "airlock", Version: "v0"}, &sdk.ClientOptions{
+	if opts != nil {
+		c.opts = *opts
+	}
+	if c.opts.MaxAgentSessions <= 0 {
+		c.opts.MaxAgentSessions = 256
+	}
+	c.client = sdk.NewClient(clientImpl, &sdk.ClientOptions{
 		ProgressNotificationHandler: c.onProgress,
 		// An upstream's request for input (elicitation, sampling, roots) in
 		// a result is passed back to the agent, whose client answers it and
@@ -81,6 +122,137 @@ func newClient(t func() sdk.Transport) *Client {
 		MultiRoundTrip: &sdk.MultiRoundTripOptions{Disabled: true},
 	})
 	return c
+}
+
+var clientImpl = &sdk.Implementation{Name: "airlock", Version: "v0"}
+
+// sessionForAgent is the upstream session kept for the agent session p
+// names, opened on its first read; nil (use the shared session) when the
+// cap is reached. The session ends with the agent's.
+func (c *Client) sessionForAgent(ctx context.Context, p upstream.Peer) (*sdk.ClientSession, *agentSession, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := p.ID()
+	if a := c.agents[id]; a != nil {
+		select {
+		case <-a.ended:
+			delete(c.agents, id)
+			_ = a.session.Close()
+		default:
+			a.mu.Lock()
+			a.peer = p
+			a.mu.Unlock()
+			return a.session, a, nil
+		}
+	}
+	if len(c.agents) >= c.opts.MaxAgentSessions {
+		return nil, nil, nil
+	}
+	a := &agentSession{peer: p, ended: make(chan struct{})}
+	client := c.agentClient(a, p.Capabilities())
+	// The session outlives this call: it must not inherit the call's
+	// values (the gateway's request id would tie relays to a call that
+	// is over), only its deadline for the handshake.
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	// The agent's own revision, so that the server asks for sampling and
+	// elicitation as the agent's client expects (a 2026-07-28 server
+	// refuses them on a stream); a server that does not speak it
+	// negotiates as for any client.
+	s, err := client.Connect(ctx, c.newTransport(), &sdk.ClientSessionOptions{ProtocolVersion: p.ProtocolVersion()})
+	if err != nil && p.ProtocolVersion() != "" {
+		s, err = client.Connect(ctx, c.newTransport(), nil)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	a.session = s
+	if ir := s.InitializeResult(); ir != nil && ir.Capabilities != nil && ir.Capabilities.Logging != nil {
+		// Every message the server has; the agent's own level filters
+		// what it hears.
+		_ = s.SetLoggingLevel(ctx, &sdk.SetLoggingLevelParams{Level: "debug"})
+	}
+	if c.agents == nil {
+		c.agents = map[string]*agentSession{}
+	}
+	c.agents[id] = a
+	go func() {
+		_ = s.Wait()
+		close(a.ended)
+	}()
+	go func() {
+		select {
+		case <-p.Done():
+		case <-a.ended:
+		}
+		c.mu.Lock()
+		if c.agents[id] == a {
+			delete(c.agents, id)
+		}
+		c.mu.Unlock()
+		_ = s.Close()
+	}()
+	return s, a, nil
+}
+
+// detached is a context with ctx's deadline and cancellation but none of
+// its values.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.Background())
+	if d, ok := ctx.Deadline(); ok {
+		out, cancel = context.WithDeadline(context.Background(), d)
+	}
+	stop := context.AfterFunc(ctx, cancel)
+	return out, func() { stop(); cancel() }
+}
+
+// agentClient is an SDK client whose handlers relay to a's agent, and
+// which declares only what the agent's client declared (caps).
+func (c *Client) agentClient(a *agentSession, caps json.RawMessage) *sdk.Client {
+	var declared sdk.ClientCapabilities
+	_ = json.Unmarshal(caps, &declared)
+	opts := &sdk.ClientOptions{
+		ProgressNotificationHandler: c.onProgress,
+		MultiRoundTrip:              &sdk.MultiRoundTripOptions{Disabled: true},
+		Capabilities:                &sdk.ClientCapabilities{},
+		LoggingMessageHandler: func(ctx context.Context, req *sdk.LoggingMessageRequest) {
+			if b, err := json.Marshal(req.Params); err == nil {
+				_ = a.currentPeer().Notify(ctx, "notifications/message", b)
+				a.last.Store(time.Now().UnixNano())
+			}
+		},
+	}
+	if declared.Sampling != nil {
+		// Plain sampling: a request with tools would need the agent's
+		// declared tool support checked field by field.
+		opts.Capabilities.Sampling = &sdk.SamplingCapabilities{}
+		opts.CreateMessageHandler = func(ctx context.Context, req *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
+			var res sdk.CreateMessageResult
+			return &res, relay(ctx, a, "sampling/createMessage", req.Params, &res)
+		}
+	}
+	if declared.Elicitation != nil {
+		opts.Capabilities.Elicitation = declared.Elicitation
+		opts.ElicitationHandler = func(ctx context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			var res sdk.ElicitResult
+			return &res, relay(ctx, a, "elicitation/create", req.Params, &res)
+		}
+	}
+	return sdk.NewClient(clientImpl, opts)
+}
+
+// relay sends an upstream's request to the agent and decodes its result.
+func relay(ctx context.Context, a *agentSession, method string, params, result any) error {
+	b, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	out, err := a.currentPeer().Request(ctx, method, b)
+	if err != nil {
+		return err
+	}
+	a.last.Store(time.Now().UnixNano())
+	return json.Unmarshal(out, result)
 }
 
 // onProgress passes a progress notification to the call whose token it
@@ -114,12 +286,16 @@ const (
 	progressGrace = 250 * time.Millisecond
 )
 
-func (r *progressRelay) drain() {
+func (r *progressRelay) drain() { drainQuiet(&r.last) }
+
+// drainQuiet waits until last (Unix ns) is progressQuiet behind, at most
+// progressGrace.
+func drainQuiet(last *atomic.Int64) {
 	start := time.Now()
 	for {
 		time.Sleep(time.Millisecond)
 		now := time.Now()
-		quietSince := max(start.UnixNano(), r.last.Load())
+		quietSince := max(start.UnixNano(), last.Load())
 		if now.Sub(time.Unix(0, quietSince)) >= progressQuiet || now.Sub(start) >= progressGrace {
 			return
 		}
@@ -166,16 +342,26 @@ func (c *Client) drop(s *sdk.ClientSession) {
 	if c.session == s {
 		c.session = nil
 	}
+	for id, a := range c.agents {
+		if a.session == s {
+			delete(c.agents, id)
+		}
+	}
 	c.mu.Unlock()
 	_ = s.Close()
 }
 
-// Close ends the session (and the command, for stdio servers).
+// Close ends the sessions (and the commands, for stdio servers).
 func (c *Client) Close() error {
 	c.mu.Lock()
 	s := c.session
 	c.session = nil
+	agents := c.agents
+	c.agents = nil
 	c.mu.Unlock()
+	for _, a := range agents {
+		_ = a.session.Close()
+	}
 	if s != nil {
 		return s.Close()
 	}
@@ -188,13 +374,36 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 	if req.Tool.Upstream != nil && req.Tool.Upstream.Tool != "" {
 		name = req.Tool.Upstream.Tool
 	}
-	s, err := c.sessionFor(ctx)
+	var s *sdk.ClientSession
+	var err error
+	relaying := false
+	if c.opts.SessionPerAgent && req.Peer != nil && req.Key == "" {
+		var a *agentSession
+		start := time.Now().UnixNano()
+		if s, a, err = c.sessionForAgent(ctx, req.Peer); err == nil && a != nil {
+			relaying = true
+			defer func() {
+				// When the upstream spoke during the call, the agent hears
+				// its last messages before the answer.
+				if a.last.Load() >= start {
+					drainQuiet(&a.last)
+				}
+			}()
+		}
+	}
+	if s == nil && err == nil {
+		s, err = c.sessionFor(ctx)
+	}
 	if err != nil {
 		return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: fmt.Errorf("connecting to the MCP server: %w", err)}
 	}
 	params := &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(req.Args)}
-	if req.Key != "" || req.TraceParent != "" || req.Progress != nil {
+	if req.Key != "" || req.TraceParent != "" || req.Progress != nil || relaying {
 		params.Meta = sdk.Meta{}
+	}
+	if relaying {
+		// A 2026-07-28 server takes the log level with each request.
+		params.Meta[sdk.MetaKeyLogLevel] = "debug"
 	}
 	if req.Progress != nil {
 		// airlock's own token, not the caller's: callers' tokens are only

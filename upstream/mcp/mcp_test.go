@@ -63,7 +63,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mcp.NewCommand([]string{exe, serverArg})
+	c := mcp.NewCommand([]string{exe, serverArg}, nil)
 	t.Cleanup(func() { _ = c.Close() })
 	return &bundle{client: c}
 }
@@ -142,7 +142,7 @@ func TestCommandServer(t *testing.T) {
 
 	t.Run("CommandThatCannotStartIsNotSent", func(t *testing.T) {
 		t.Parallel()
-		c := mcp.NewCommand([]string{"/nonexistent/airlock-test-server"})
+		c := mcp.NewCommand([]string{"/nonexistent/airlock-test-server"}, nil)
 		t.Cleanup(func() { _ = c.Close() })
 		out := call(t, c, context.Background(), "pid")
 		if out.Kind != airlock.OutcomeNotSent {
@@ -197,7 +197,7 @@ func TestHTTPServer(t *testing.T) {
 	t.Run("StreamClosedMidCallIsResumed", func(t *testing.T) {
 		t.Parallel()
 		h := startHTTPServer(t)
-		c := mcp.NewHTTP(h.srv.URL)
+		c := mcp.NewHTTP(h.srv.URL, nil)
 		t.Cleanup(func() { _ = c.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -216,7 +216,7 @@ func TestHTTPServer(t *testing.T) {
 	t.Run("ServerGoneBetweenCallsIsNotSent", func(t *testing.T) {
 		t.Parallel()
 		h := startHTTPServer(t)
-		c := mcp.NewHTTP(h.srv.URL)
+		c := mcp.NewHTTP(h.srv.URL, nil)
 		t.Cleanup(func() { _ = c.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -237,7 +237,7 @@ func TestHTTPServer(t *testing.T) {
 		}
 		addr := l.Addr().String()
 		_ = l.Close()
-		c := mcp.NewHTTP("http://" + addr + "/mcp")
+		c := mcp.NewHTTP("http://"+addr+"/mcp", nil)
 		t.Cleanup(func() { _ = c.Close() })
 		if out := call(t, c, context.Background(), "pid"); out.Kind != airlock.OutcomeNotSent {
 			t.Fatalf("outcome = %v (%v), want not sent", out.Kind, out.Err)
