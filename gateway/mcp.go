@@ -34,14 +34,23 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 	if g.pass.hasResources() || g.pass.hasPrompts() {
 		// Set, the capabilities replace the SDK's default ({"logging": {}}).
 		opts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}
+		opts.Capabilities.Completions = &mcp.CompletionCapabilities{}
+		opts.CompletionHandler = g.pass.complete
 		if g.pass.hasResources() {
-			opts.Capabilities.Resources = &mcp.ResourceCapabilities{}
+			opts.Capabilities.Resources = &mcp.ResourceCapabilities{Subscribe: true}
+			opts.SubscribeHandler, opts.UnsubscribeHandler = g.pass.subscribe, g.pass.unsubscribe
 		}
 		if g.pass.hasPrompts() {
 			opts.Capabilities.Prompts = &mcp.PromptCapabilities{}
 		}
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, opts)
+	if g.pass.hasResources() {
+		// The SDK tells the sessions subscribed to the URI.
+		g.pass.notifyUpdates(func(uri string) {
+			_ = s.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri})
+		})
+	}
 	for _, t := range g.m.Tools {
 		if t.Kind == airlock.KindIrreversible {
 			// Proposed as plans, never called as themselves.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,6 +18,9 @@ import (
 // resources and prompts (upstream/mcp's Client).
 type sessioner interface {
 	Session(ctx context.Context) (*mcp.ClientSession, error)
+	// OnResourceUpdated sets what is told of the server's
+	// notifications/resources/updated (URIs airlock subscribed to).
+	OnResourceUpdated(func(uri string))
 }
 
 // maxListed bounds what one upstream's list may add to airlock's answer
@@ -49,10 +53,22 @@ type passThrough struct {
 
 	mu    sync.Mutex
 	byURI map[string]*passSource // the upstream that listed a resource, by the latest list
+
+	// subs are the agents' resource subscriptions, by URI: the upstream
+	// that took the subscription and the sessions that asked for it. The
+	// upstream is unsubscribed when the last session unsubscribes or ends.
+	subsMu  sync.Mutex
+	subs    map[string]*subscription
+	watched map[*mcp.ServerSession]bool
+}
+
+type subscription struct {
+	source   *passSource
+	sessions map[*mcp.ServerSession]bool
 }
 
 func newPassThrough(m *airlock.Manifest, ups map[string]any, log func(string, ...any)) *passThrough {
-	p := &passThrough{log: log, byURI: map[string]*passSource{}}
+	p := &passThrough{log: log, byURI: map[string]*passSource{}, subs: map[string]*subscription{}, watched: map[*mcp.ServerSession]bool{}}
 	names := make([]string, 0, len(m.Upstreams))
 	for n := range m.Upstreams {
 		names = append(names, n)
@@ -108,7 +124,7 @@ func (p *passThrough) handle(ctx context.Context, method string, req mcp.Request
 			return nil, true, invalidParams("params.name: required: the prompt's name, as prompts/list gave it")
 		}
 		res, err = p.getPrompt(ctx, r.Params)
-	default: // subscribe, unsubscribe: not passed through
+	default: // subscribe and unsubscribe: the SDK keeps the sessions' subscriptions and calls subscribe
 		return nil, false, nil
 	}
 	return res, true, err
@@ -205,18 +221,8 @@ func (p *passThrough) listTemplates(ctx context.Context) (*mcp.ListResourceTempl
 // read asks the upstream that listed the URI, else each in turn (a URI
 // from a template, or read before any list) until one has it.
 func (p *passThrough) read(ctx context.Context, params *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
-	p.mu.Lock()
-	known := p.byURI[params.URI]
-	p.mu.Unlock()
-	order := p.sources
-	if known != nil {
-		order = append([]*passSource{known}, slices.DeleteFunc(slices.Clone(p.sources), func(s *passSource) bool { return s == known })...)
-	}
 	var lastErr error
-	for _, s := range order {
-		if !s.resources {
-			continue
-		}
+	for _, s := range p.resourceOrder(params.URI) {
 		cs, err := s.up.Session(ctx)
 		if err != nil {
 			lastErr = fmt.Errorf("upstream %s: %w", s.name, err)
@@ -258,12 +264,12 @@ func (p *passThrough) listPrompts(ctx context.Context) (*mcp.ListPromptsResult, 
 	return out, err
 }
 
-// getPrompt finds the upstream by the name's prefix (prefixed upstreams
-// first, then those without one, in order).
-func (p *passThrough) getPrompt(ctx context.Context, params *mcp.GetPromptParams) (*mcp.GetPromptResult, error) {
+// promptOrder is the prompt sources that may have a prompt of this name:
+// those whose prefix it carries, then those without a prefix, in order.
+func (p *passThrough) promptOrder(name string) []*passSource {
 	var order []*passSource
 	for _, s := range p.sources {
-		if s.prompts && s.prefix != "" && strings.HasPrefix(params.Name, s.prefix+"_") {
+		if s.prompts && s.prefix != "" && strings.HasPrefix(name, s.prefix+"_") {
 			order = append(order, s)
 		}
 	}
@@ -272,6 +278,13 @@ func (p *passThrough) getPrompt(ctx context.Context, params *mcp.GetPromptParams
 			order = append(order, s)
 		}
 	}
+	return order
+}
+
+// getPrompt finds the upstream by the name's prefix (prefixed upstreams
+// first, then those without one, in order).
+func (p *passThrough) getPrompt(ctx context.Context, params *mcp.GetPromptParams) (*mcp.GetPromptResult, error) {
+	order := p.promptOrder(params.Name)
 	if len(order) == 0 {
 		return nil, invalidParams(fmt.Sprintf("params.name: no prompt named %q; prompts/list gives the names", params.Name))
 	}
@@ -293,4 +306,153 @@ func (p *passThrough) getPrompt(ctx context.Context, params *mcp.GetPromptParams
 		lastErr = err
 	}
 	return nil, lastErr
+}
+
+// notifyUpdates makes every resource source tell updated of the URIs its
+// server reports changed (the SDK passes them to the subscribed sessions).
+func (p *passThrough) notifyUpdates(updated func(uri string)) {
+	for _, s := range p.sources {
+		if s.resources {
+			s.up.OnResourceUpdated(updated)
+		}
+	}
+}
+
+// resourceOrder is the resource sources to ask about uri: the one that
+// listed it first, then the others in order.
+func (p *passThrough) resourceOrder(uri string) []*passSource {
+	p.mu.Lock()
+	known := p.byURI[uri]
+	p.mu.Unlock()
+	var order []*passSource
+	if known != nil && known.resources {
+		order = append(order, known)
+	}
+	for _, s := range p.sources {
+		if s.resources && s != known {
+			order = append(order, s)
+		}
+	}
+	return order
+}
+
+// subscribe passes an agent's resources/subscribe to the upstream that has
+// the URI (the first that takes it), once per URI however many agents
+// subscribe.
+func (p *passThrough) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	if req.Params == nil || req.Params.URI == "" {
+		return invalidParams("params.uri: required: the resource's URI, as resources/list gave it")
+	}
+	uri := req.Params.URI
+	p.subsMu.Lock()
+	defer p.subsMu.Unlock()
+	sub := p.subs[uri]
+	if sub == nil {
+		var lastErr error
+		for _, s := range p.resourceOrder(uri) {
+			cs, err := s.up.Session(ctx)
+			if err == nil {
+				err = cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+			}
+			if err == nil {
+				sub = &subscription{source: s, sessions: map[*mcp.ServerSession]bool{}}
+				break
+			}
+			lastErr = fmt.Errorf("upstream %s: %w", s.name, err)
+		}
+		if sub == nil {
+			return fmt.Errorf("no upstream took the subscription to %s: %w", uri, lastErr)
+		}
+		p.subs[uri] = sub
+	}
+	sub.sessions[req.Session] = true
+	if !p.watched[req.Session] {
+		p.watched[req.Session] = true
+		go func(ss *mcp.ServerSession) {
+			_ = ss.Wait()
+			p.sessionEnded(ss)
+		}(req.Session)
+	}
+	return nil
+}
+
+func (p *passThrough) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	if req.Params == nil || req.Params.URI == "" {
+		return invalidParams("params.uri: required: the resource's URI")
+	}
+	p.subsMu.Lock()
+	defer p.subsMu.Unlock()
+	p.dropLocked(ctx, req.Params.URI, req.Session)
+	return nil
+}
+
+// sessionEnded drops every subscription of a session that ended.
+func (p *passThrough) sessionEnded(ss *mcp.ServerSession) {
+	p.subsMu.Lock()
+	defer p.subsMu.Unlock()
+	delete(p.watched, ss)
+	for uri := range p.subs {
+		p.dropLocked(context.Background(), uri, ss)
+	}
+}
+
+// dropLocked removes ss from uri's subscribers and unsubscribes the
+// upstream when none is left.
+func (p *passThrough) dropLocked(ctx context.Context, uri string, ss *mcp.ServerSession) {
+	sub := p.subs[uri]
+	if sub == nil || !sub.sessions[ss] {
+		return
+	}
+	delete(sub.sessions, ss)
+	if len(sub.sessions) > 0 {
+		return
+	}
+	delete(p.subs, uri)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if cs, err := sub.source.up.Session(ctx); err == nil {
+		if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+			p.log("airlock: MCP upstream refused an unsubscribe", "upstream", sub.source.name, "uri", uri, "err", err)
+		}
+	}
+}
+
+// complete answers completion/complete from the upstream that the
+// reference names: a prompt by its (prefixed) name, a resource template by
+// asking each resource source in turn. No upstream able to complete it
+// gives no suggestions, not an error: completion only helps a person type.
+func (p *passThrough) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+	empty := &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}
+	if req.Params == nil || req.Params.Ref == nil {
+		return nil, invalidParams("params.ref: required: {type: ref/prompt, name} or {type: ref/resource, uri}")
+	}
+	params := *req.Params
+	var order []*passSource
+	switch params.Ref.Type {
+	case "ref/prompt":
+		order = p.promptOrder(params.Ref.Name)
+	case "ref/resource":
+		order = p.resourceOrder(params.Ref.URI)
+	default:
+		return nil, invalidParams(fmt.Sprintf("params.ref.type: %q: want ref/prompt or ref/resource", params.Ref.Type))
+	}
+	for _, s := range order {
+		cs, err := s.up.Session(ctx)
+		if err != nil {
+			continue
+		}
+		up := params
+		if params.Ref.Type == "ref/prompt" && s.prefix != "" {
+			ref := *params.Ref
+			ref.Name = strings.TrimPrefix(ref.Name, s.prefix+"_")
+			up.Ref = &ref
+		}
+		if res, err := cs.Complete(ctx, &up); err == nil {
+			if res.Completion.Values == nil {
+				res.Completion.Values = []string{}
+			}
+			return res, nil
+		}
+	}
+	return empty, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,4 +230,165 @@ auth:
 	if res, err := s.ListResources(context.Background(), nil); err == nil && len(res.Resources) > 0 {
 		t.Errorf("resources %+v offered without any upstream opted in", res.Resources)
 	}
+}
+
+const watchManifest = `version: 1
+upstreams:
+  feed: {mcp: {url: "FEED", resources: true, prompts: true, prefix: feed}}
+tools:
+  - name: lookup
+    kind: read
+    input_schema: {type: object}
+    upstream: {name: feed, tool: lookup}
+auth:
+  tokens:
+    - {name: agent-1, role: agent, sha256: "HASH"}
+`
+
+// watchServer is an MCP server with a resource that can be subscribed to
+// and completions for its prompt's argument; it records its subscribers.
+type watchServer struct {
+	server *mcp.Server
+	url    string
+
+	mu     sync.Mutex
+	events []string // "subscribe URI", "unsubscribe URI"
+}
+
+func (w *watchServer) seen() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.events)
+}
+
+func (w *watchServer) note(e string) {
+	w.mu.Lock()
+	w.events = append(w.events, e)
+	w.mu.Unlock()
+}
+
+func newWatchServer(t *testing.T) *watchServer {
+	t.Helper()
+	w := &watchServer{}
+	w.server = mcp.NewServer(&mcp.Implementation{Name: "feed", Version: "v1"}, &mcp.ServerOptions{
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			w.note("subscribe " + req.Params.URI)
+			return nil
+		},
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			w.note("unsubscribe " + req.Params.URI)
+			return nil
+		},
+		CompletionHandler: func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			var vals []string
+			for _, v := range []string{"paris", "park", "prague"} {
+				if strings.HasPrefix(v, req.Params.Argument.Value) {
+					vals = append(vals, req.Params.Ref.Type+":"+req.Params.Ref.Name+req.Params.Ref.URI+":"+v)
+				}
+			}
+			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: vals, Total: len(vals)}}, nil
+		},
+	})
+	w.server.AddResource(&mcp.Resource{URI: "feed://prices", Name: "prices"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "42"}}}, nil
+	})
+	w.server.AddPrompt(&mcp.Prompt{Name: "trip", Arguments: []*mcp.PromptArgument{{Name: "city"}}}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "plan"}}}}, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return w.server }, nil))
+	t.Cleanup(srv.Close)
+	w.url = srv.URL
+	return w
+}
+
+// Subscriptions pass through once per URI: the upstream hears the first
+// subscribe and the last unsubscribe (or the last subscriber's session
+// ending); its updates reach the subscribed agents only. Completion of a
+// prompt's argument goes to the upstream that has the prompt, by its own
+// name.
+func TestMCPUpstreamSubscriptionsAndCompletion(t *testing.T) {
+	t.Parallel()
+	w := newWatchServer(t)
+	url := startApp(t, watchManifest, "FEED", w.url)
+	ctx := context.Background()
+	type ear struct {
+		mu   sync.Mutex
+		uris []string
+	}
+	listen := func(e *ear) *mcp.ClientOptions {
+		return &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			e.mu.Lock()
+			e.uris = append(e.uris, req.Params.URI)
+			e.mu.Unlock()
+		}}
+	}
+	heard := func(e *ear) []string {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return slices.Clone(e.uris)
+	}
+	var ear1, ear2, ear3 ear
+	agent1 := connectAgent(t, url, listen(&ear1), "")
+	agent2 := connectAgent(t, url, listen(&ear2), "")
+	agent3 := connectAgent(t, url, listen(&ear3), "")
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the upstream saw %q", what, w.seen())
+			}
+		}
+	}
+
+	t.Run("capabilities", func(t *testing.T) {
+		caps := agent1.InitializeResult().Capabilities
+		if caps.Resources == nil || !caps.Resources.Subscribe || caps.Completions == nil {
+			t.Fatalf("capabilities %+v: want resources with subscribe, and completions", caps)
+		}
+	})
+	t.Run("subscribed once for two agents", func(t *testing.T) {
+		for _, s := range []*mcp.ClientSession{agent1, agent2} {
+			if err := s.Subscribe(ctx, &mcp.SubscribeParams{URI: "feed://prices"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := w.seen(); !slices.Equal(got, []string{"subscribe feed://prices"}) {
+			t.Fatalf("upstream saw %q", got)
+		}
+	})
+	t.Run("updates reach the subscribers only", func(t *testing.T) {
+		if err := w.server.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "feed://prices"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("both subscribers hear the update", func() bool { return len(heard(&ear1)) == 1 && len(heard(&ear2)) == 1 })
+		time.Sleep(50 * time.Millisecond)
+		if h := heard(&ear3); len(h) != 0 {
+			t.Fatalf("an agent that did not subscribe heard %q", h)
+		}
+	})
+	t.Run("unsubscribed upstream when the last subscriber leaves", func(t *testing.T) {
+		if err := agent1.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "feed://prices"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.seen(); len(got) != 1 {
+			t.Fatalf("upstream unsubscribed while agent 2 still listens: %q", got)
+		}
+		agent2.Close() // its session ends without unsubscribing
+		waitFor("the upstream is unsubscribed", func() bool { return slices.Contains(w.seen(), "unsubscribe feed://prices") })
+	})
+	t.Run("completion by the upstream's prompt name", func(t *testing.T) {
+		res, err := agent3.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "feed_trip"},
+			Argument: mcp.CompleteParamsArgument{Name: "city", Value: "pa"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"ref/prompt:trip:paris", "ref/prompt:trip:park"}; !slices.Equal(res.Completion.Values, want) {
+			t.Fatalf("completion %q, want %q", res.Completion.Values, want)
+		}
+		res, err = agent3.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "nobody_has_it"},
+			Argument: mcp.CompleteParamsArgument{Name: "city", Value: "pa"}})
+		if err != nil || res.Completion.Values == nil || len(res.Completion.Values) != 0 {
+			t.Fatalf("completion of an unknown prompt: %v %+v, want no suggestions", err, res)
+		}
+	})
 }

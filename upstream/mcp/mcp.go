@@ -61,6 +61,8 @@ type Client struct {
 	progress  sync.Map // string → *progressRelay
 	lastToken atomic.Int64
 
+	onUpdated atomic.Pointer[func(uri string)] // the gateway's resource subscriptions
+
 	mu      sync.Mutex
 	session *sdk.ClientSession
 	ended   chan struct{}            // closed when session ends (the process exited, the connection failed)
@@ -116,6 +118,11 @@ func newClient(opts *Options, t func() sdk.Transport) *Client {
 	}
 	c.client = sdk.NewClient(clientImpl, &sdk.ClientOptions{
 		ProgressNotificationHandler: c.onProgress,
+		ResourceUpdatedHandler: func(_ context.Context, req *sdk.ResourceUpdatedNotificationRequest) {
+			if f := c.onUpdated.Load(); f != nil && req.Params != nil {
+				(*f)(req.Params.URI)
+			}
+		},
 		// An upstream's request for input (elicitation, sampling, roots) in
 		// a result is passed back to the agent, whose client answers it and
 		// calls again; airlock has no person or model of its own to ask.
@@ -330,6 +337,11 @@ func (c *Client) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
 	c.session, c.ended = s, ended
 	return s, nil
 }
+
+// OnResourceUpdated sets what is told of the URIs the server reports
+// changed (notifications/resources/updated on the shared session, where
+// the gateway subscribes for its agents).
+func (c *Client) OnResourceUpdated(f func(uri string)) { c.onUpdated.Store(&f) }
 
 // Session is the open session (opened, or the process restarted, as for a
 // call), for the gateway's pass-through of resources and prompts.
