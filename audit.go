@@ -27,6 +27,9 @@ const (
 	EventCommitting  = "committing"
 	EventCommitted   = "committed"
 	EventCommitError = "commit_failed"
+	// EventLost counts buffered events given up (the store refused them or
+	// took nothing for too long): Result {"lost": n}, DurationUS n.
+	EventLost = "events_lost"
 )
 
 // ActorSystem is the actor of events airlock causes itself.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,14 +34,26 @@ type eventBuffer struct {
 	closed  sync.Once
 	Dropped atomic.Int64
 	onLost  func(n int) // the observer's AuditLost, or nil
+	// unreported is how many lost events no events_lost event in the log
+	// counts yet; the next write carries one.
+	unreported atomic.Int64
 }
 
-// lose counts n events given up.
+// lose counts n events given up, in the metric now and in the log with
+// the next write (an events_lost event), so that the report computed from
+// the store — in any process — counts them too.
 func (b *eventBuffer) lose(n int) {
 	b.Dropped.Add(int64(n))
+	b.unreported.Add(int64(n))
 	if b.onLost != nil {
 		b.onLost(n)
 	}
+}
+
+// lostEvent is the log's own record of n events given up.
+func lostEvent(n int64) *AuditEvent {
+	return &AuditEvent{At: time.Now(), Kind: EventLost, Actor: ActorSystem,
+		Result: json.RawMessage(`{"lost":` + strconv.FormatInt(n, 10) + `}`), DurationUS: n}
 }
 
 // maxEventWrite bounds the events written in one AppendAudit: everything
@@ -59,6 +72,9 @@ func (b *eventBuffer) run() {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	flush := func() {
+		if n := b.unreported.Swap(0); n > 0 {
+			batch = append(batch, lostEvent(n))
+		}
 		if len(batch) == 0 {
 			return
 		}
@@ -91,10 +107,14 @@ func (b *eventBuffer) run() {
 			for {
 				take()
 				if len(batch) == 0 {
-					return
+					break
 				}
 				flush()
 			}
+			if b.unreported.Load() > 0 {
+				flush() // once: the count of what was given up
+			}
+			return
 		}
 	}
 }
@@ -111,7 +131,7 @@ func (b *eventBuffer) write(batch []*AuditEvent) {
 		return
 	}
 	if len(batch) == 1 {
-		b.lose(1)
+		b.loseEvent(batch[0])
 		b.log.Warn("airlock: writing an audit event", "kind", batch[0].Kind, "err", err)
 		return
 	}
@@ -124,14 +144,26 @@ func (b *eventBuffer) write(batch []*AuditEvent) {
 	var last error
 	for _, e := range batch {
 		if err := b.store.AppendAudit(ctx, []*AuditEvent{e}); err != nil {
-			lost++
+			if e.Kind != EventLost {
+				lost++
+			}
+			b.loseEvent(e)
 			last = err
 		}
 	}
 	if lost > 0 {
-		b.lose(lost)
 		b.log.Warn("airlock: audit events lost", "events", lost, "err", last)
 	}
+}
+
+// loseEvent gives up one event of a write; an events_lost event that could
+// not be written is not itself a loss: its count waits for the next write.
+func (b *eventBuffer) loseEvent(e *AuditEvent) {
+	if e.Kind == EventLost {
+		b.unreported.Add(e.DurationUS)
+		return
+	}
+	b.lose(1)
 }
 
 func (b *eventBuffer) add(e *AuditEvent) {

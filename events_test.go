@@ -14,13 +14,20 @@ import (
 type stuckAuditStore struct {
 	release chan struct{}
 	mu      sync.Mutex
-	written int
+	written int   // events written, besides events_lost
+	counted int64 // lost events the events_lost events count
 }
 
 func (s *stuckAuditStore) AppendAudit(ctx context.Context, events []*AuditEvent) error {
 	<-s.release
 	s.mu.Lock()
-	s.written += len(events)
+	for _, e := range events {
+		if e.Kind == EventLost {
+			s.counted += e.DurationUS
+			continue
+		}
+		s.written++
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -59,6 +66,10 @@ func TestAuditBufferGivesUpOnAStuckStore(t *testing.T) {
 	b.close()
 	if got := int64(s.written) + dropped; got != events {
 		t.Fatalf("%d written + %d given up = %d, want %d", s.written, dropped, got, events)
+	}
+	// The log itself says how many were given up.
+	if s.counted != dropped {
+		t.Fatalf("events_lost events count %d, want %d", s.counted, dropped)
 	}
 }
 

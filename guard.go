@@ -129,6 +129,11 @@ type GuardConfig struct {
 	// CacheSize bounds the in-process cache of completed records that
 	// serves repeats without a database read. Default 10000; negative disables.
 	CacheSize int
+	// CacheBytes bounds the same cache by the bytes its records hold
+	// (arguments, results, identifiers). Default 64 MiB.
+	CacheBytes int64
+	// MaxRunIDBytes caps a call's run id. Default DefaultMaxRunIDBytes (256).
+	MaxRunIDBytes int
 	// Retention is how long records are kept after their window ends (run
 	// windows: after the call). Default 7 days. Forever windows are kept.
 	Retention time.Duration
@@ -190,6 +195,7 @@ type Guard struct {
 	events   *eventBuffer
 	log      *slog.Logger
 	cache    *recordCache
+	maxRunID int // 0: DefaultMaxRunIDBytes
 	hub      *hub
 	unsub    func()
 	leases   *leaseKeeper
@@ -249,8 +255,13 @@ func NewGuard(store GuardStore, cfg *GuardConfig) *Guard {
 		size = 10000
 	}
 	if size > 0 {
-		g.cache = newRecordCache(size)
+		cacheBytes := cfg.CacheBytes
+		if cacheBytes <= 0 {
+			cacheBytes = DefaultCacheBytes
+		}
+		g.cache = newRecordCache(size, cacheBytes)
 	}
+	g.maxRunID = cfg.MaxRunIDBytes
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	g.ownerPrefix = hex.EncodeToString(b[:])
@@ -306,6 +317,9 @@ func (g *Guard) Derive(c *Call) (*Derivation, error) {
 // bad input (nothing ran), an unreachable store (nothing ran), a request
 // that was never sent (nothing was done) and a rejected mismatch.
 func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error) {
+	if err := CheckRunID(c.RunID, g.maxRunID); err != nil {
+		return nil, err // before anything is claimed or buffered
+	}
 	start := g.clock.Now()
 	d, err := g.Derive(c)
 	if err != nil {
@@ -321,6 +335,20 @@ func (g *Guard) Do(ctx context.Context, c *Call, fn SideEffect) (*Answer, error)
 		args: args, hash: ArgsHash(hashed),
 		expiresAt: g.expiresAt(d, start), start: start,
 	}, fn)
+}
+
+// DefaultCacheBytes bounds the record cache by bytes (GuardConfig.CacheBytes).
+const DefaultCacheBytes = 64 << 20
+
+// MaxKeyBytes caps a key a caller brings (an Idempotency-Key).
+const MaxKeyBytes = 512
+
+// MaxRunIDBytes is the guard's cap on run ids (GuardConfig.MaxRunIDBytes).
+func (g *Guard) MaxRunIDBytes() int {
+	if g.maxRunID <= 0 {
+		return DefaultMaxRunIDBytes
+	}
+	return g.maxRunID
 }
 
 // KeyedCall is a call whose key the caller already has, such as the
@@ -343,6 +371,15 @@ func (g *Guard) DoKeyed(ctx context.Context, kc *KeyedCall, fn SideEffect) (*Ans
 	}
 	if kc.Key == "" {
 		return nil, FieldErrorf(CodeMissingField, "key", "the key is empty")
+	}
+	if len(kc.Key) > MaxKeyBytes {
+		return nil, FieldErrorf(CodeInvalidArgument, "key", "is %d bytes; a key is at most %d bytes", len(kc.Key), MaxKeyBytes)
+	}
+	if err := CheckText("key", kc.Key); err != nil {
+		return nil, err
+	}
+	if err := CheckRunID(kc.RunID, g.maxRunID); err != nil {
+		return nil, err
 	}
 	return g.do(ctx, &prepared{
 		tool: kc.Tool, key: kc.Key, runID: kc.RunID, windowID: "keyed",
@@ -563,7 +600,9 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 			span.End(nil)
 		}
 	}
-	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: out.Result, Content: out.Content, Actor: ActorFrom(ctx)}
+	// The upstream's answer as the store can hold it: the work is done,
+	// and a byte the database refuses must not leave it unrecorded.
+	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: storableJSON(out.Result), Content: storableJSON(out.Content), Actor: ActorFrom(ctx)}
 	switch out.Kind {
 	case OutcomeNotSent:
 		if err := g.retryStore(ctx, func(ctx context.Context) error { return g.store.Release(ctx, rec.Key, rec.Owner) }); err != nil {
@@ -583,7 +622,7 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 		comp.State = StateInDoubt
 		comp.Note = "outcome unknown"
 		if out.Err != nil {
-			comp.Note += ": " + out.Err.Error()
+			comp.Note += ": " + storableText(out.Err.Error())
 		}
 	}
 	cctx, cspan := ctx, Span(nil)

@@ -46,16 +46,27 @@ func (h *hub) notify(key string) {
 }
 
 // recordCache is a bounded LRU of final records. Final records never change,
-// so serving repeats from it is safe; it is what makes repeats cheap.
+// so serving repeats from it is safe; it is what makes repeats cheap. It is
+// bounded by count and by bytes (arguments, results and identifiers can
+// each be up to a request in size); a record larger than a tenth of the
+// byte budget is not cached (its repeats read the store).
 type recordCache struct {
-	mu    sync.Mutex
-	max   int
-	ll    *list.List
-	items map[string]*list.Element
+	mu       sync.Mutex
+	max      int
+	maxBytes int64
+	bytes    int64
+	ll       *list.List
+	items    map[string]*list.Element
 }
 
-func newRecordCache(max int) *recordCache {
-	return &recordCache{max: max, ll: list.New(), items: make(map[string]*list.Element, max)}
+func newRecordCache(max int, maxBytes int64) *recordCache {
+	return &recordCache{max: max, maxBytes: maxBytes, ll: list.New(), items: make(map[string]*list.Element, min(max, 1<<16))}
+}
+
+// recordBytes is about what a cached record holds in memory.
+func recordBytes(r *Record) int64 {
+	return int64(len(r.Key)+len(r.Tool)+len(r.RunID)+len(r.WindowID)+len(r.Args)+len(r.ArgsHash)+
+		len(r.Result)+len(r.Content)+len(r.Note)+len(r.Owner)) + 256
 }
 
 func (c *recordCache) get(key string) *Record {
@@ -75,17 +86,34 @@ func (c *recordCache) put(rec *Record) {
 	if c == nil || !rec.State.Final() {
 		return
 	}
+	size := recordBytes(rec)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.items[rec.Key]; ok {
-		e.Value = rec
-		c.ll.MoveToFront(e)
+		c.bytes -= recordBytes(e.Value.(*Record))
+		c.ll.Remove(e)
+		delete(c.items, rec.Key)
+	}
+	if size > c.maxBytes/10 {
 		return
 	}
 	c.items[rec.Key] = c.ll.PushFront(rec)
-	if c.ll.Len() > c.max {
+	c.bytes += size
+	for c.ll.Len() > c.max || c.bytes > c.maxBytes {
 		old := c.ll.Back()
 		c.ll.Remove(old)
-		delete(c.items, old.Value.(*Record).Key)
+		r := old.Value.(*Record)
+		delete(c.items, r.Key)
+		c.bytes -= recordBytes(r)
 	}
+}
+
+// usage is the cache's records and bytes.
+func (c *recordCache) usage() (int, int64) {
+	if c == nil {
+		return 0, 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ll.Len(), c.bytes
 }

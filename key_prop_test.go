@@ -37,7 +37,9 @@ func TestPropertyKeyDependsOnlyOnTheWork(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		tool := propTool(t, "24h")
 		a, b := nonBlank().Draw(t, "a"), nonBlank().Draw(t, "b")
-		extra := rapid.MapOf(rapid.StringMatching(`x[a-z]{0,5}`), rapid.String()).Draw(t, "extra")
+		// Any text but NUL, which ParseArgs refuses.
+		text := rapid.String().Filter(func(s string) bool { return !strings.ContainsRune(s, 0) })
+		extra := rapid.MapOf(rapid.StringMatching(`x[a-z]{0,5}`), text).Draw(t, "extra")
 		at := time.Unix(rapid.Int64Range(0, 4e9).Draw(t, "at"), 0)
 
 		args1 := map[string]any{"a": a, "b": b}

@@ -134,6 +134,13 @@ type Limits struct {
 	// RequestBytes caps one request: an HTTP API body, and one MCP message
 	// over HTTP or stdio. Default 1 MiB; from 1 KiB to 64 MiB.
 	RequestBytes *ByteSize `yaml:"request_bytes" json:"request_bytes,omitempty"`
+	// RunIDBytes caps a call's run id (MCP _meta, X-Airlock-Run, run_id).
+	// Default 256 bytes; from 16 bytes to 4 KiB.
+	RunIDBytes *ByteSize `yaml:"run_id_bytes" json:"run_id_bytes,omitempty"`
+	// CacheBytes bounds the in-process cache of completed records by the
+	// bytes they hold (it also holds at most 10,000). Default 64 MiB; from
+	// 1 MiB to 16 GiB.
+	CacheBytes *ByteSize `yaml:"cache_bytes" json:"cache_bytes,omitempty"`
 }
 
 // Default and bounds of limits.request_bytes.
@@ -142,6 +149,22 @@ const (
 	minRequestBytes     = 1 << 10
 	maxRequestBytes     = 64 << 20
 )
+
+// RunIDBytesOr returns the run id limit, DefaultMaxRunIDBytes when unset.
+func (l *Limits) RunIDBytesOr() int {
+	if l.RunIDBytes == nil || l.RunIDBytes.err != nil {
+		return DefaultMaxRunIDBytes
+	}
+	return int(l.RunIDBytes.Bytes)
+}
+
+// CacheBytesOr returns the cache's byte bound, DefaultCacheBytes when unset.
+func (l *Limits) CacheBytesOr() int64 {
+	if l.CacheBytes == nil || l.CacheBytes.err != nil {
+		return DefaultCacheBytes
+	}
+	return l.CacheBytes.Bytes
+}
 
 // RequestBytesOr returns the request limit, DefaultRequestBytes when unset.
 func (l *Limits) RequestBytesOr() int64 {
@@ -158,6 +181,20 @@ func (l *Limits) validate(v *validator) {
 		v.add("limits.request_bytes", "%v", b.err)
 	case b.Bytes < minRequestBytes || b.Bytes > maxRequestBytes:
 		v.add("limits.request_bytes", "must be from 1KiB to 64MiB, not %d bytes", b.Bytes)
+	}
+	switch b := l.RunIDBytes; {
+	case b == nil:
+	case b.err != nil:
+		v.add("limits.run_id_bytes", "%v", b.err)
+	case b.Bytes < 16 || b.Bytes > 4<<10:
+		v.add("limits.run_id_bytes", "must be from 16 bytes to 4KiB, not %d bytes", b.Bytes)
+	}
+	switch b := l.CacheBytes; {
+	case b == nil:
+	case b.err != nil:
+		v.add("limits.cache_bytes", "%v", b.err)
+	case b.Bytes < 1<<20 || b.Bytes > 16<<30:
+		v.add("limits.cache_bytes", "must be from 1MiB to 16GiB, not %d bytes", b.Bytes)
 	}
 }
 

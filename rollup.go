@@ -41,6 +41,7 @@ const (
 	FigureAuto       = "auto"       // plans approved by a rule
 	FigureDecided    = "decided"    // plans decided by a person
 	FigureIncomplete = "incomplete" // claim or completion events missing run id, key, arguments or result
+	FigureLost       = "lost"       // buffered events given up (events_lost)
 	FigureDuration   = "duration_b" // + bucket: completions by duration (claim to completion)
 	FigureWait       = "wait_b"     // + bucket: decisions by a person by their wait since the plan
 	rollupBucketStep = 8            // buckets per doubling: an upper bound at most 9 % above the value
@@ -173,6 +174,12 @@ func RollUp(events []*AuditEvent) ([]RollupRow, []RunCalls) {
 			}
 		case EventRepeat, EventConflict:
 			add(e, FigureRepeats)
+		case EventLost:
+			c := cell{RollupMinute(e.At), e.Tool, FigureLost}
+			if _, ok := sums[c]; !ok {
+				order = append(order, c)
+			}
+			sums[c] += max(1, e.DurationUS)
 		case EventPlanned:
 			add(e, FigurePlans)
 		case EventDecided:

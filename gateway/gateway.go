@@ -24,6 +24,10 @@ import (
 	"github.com/airlockhq/airlock/upstream"
 )
 
+// maxToolName bounds a tool name in a request (manifest names are at most
+// 64 characters; plan_ adds 5), so that a refusal does not echo megabytes.
+const maxToolName = 128
+
 // DefaultMaxBody caps a request body (Config.MaxBody).
 const DefaultMaxBody = 1 << 20
 
@@ -185,6 +189,16 @@ type CallRequest struct {
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
 // input, refusals and an unreachable store: in each case nothing ran.
 func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
+	// Identifiers first, before a span, a metric or a claim holds them.
+	if len(req.Tool) > maxToolName {
+		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "tool", "is %d bytes; a tool name is at most 64 characters; the tools are: %s", len(req.Tool), strings.Join(g.callableNames(), ", "))
+	}
+	if err := airlock.CheckText("tool", req.Tool); err != nil {
+		return nil, err
+	}
+	if err := airlock.CheckRunID(req.RunID, g.guard.MaxRunIDBytes()); err != nil {
+		return nil, err
+	}
 	var span airlock.Span
 	if g.tracer != nil {
 		ctx = g.tracer.Continue(ctx, req.TraceParent, req.TraceState)
@@ -375,6 +389,11 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 			return airlock.Errorf(airlock.CodeTooLarge, "the request body is larger than %d bytes (the limit is limits.request_bytes in the manifest); nothing was executed", g.maxBody)
 		}
 		return airlock.Errorf(airlock.CodeInvalidArgument, "reading the request body: %v", err)
+	}
+	// Before decoding: encoding/json would turn invalid UTF-8 in a run id
+	// into U+FFFD, and two distinct values into one.
+	if err := airlock.CheckJSONEncoding("body", body); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()

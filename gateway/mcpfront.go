@@ -12,14 +12,28 @@ import (
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock"
 )
 
 // JSON-RPC error codes answered at the edge of /mcp, before the SDK.
 const (
 	rpcParseError                 = -32700
 	rpcInvalidRequest             = -32600
+	rpcInvalidParams              = -32602
 	rpcUnsupportedProtocolVersion = -32022 // MCP 2026-07-28
 )
+
+// textProblem says what in a message's text the store could not hold or
+// the decoder would rewrite (invalid UTF-8, NUL, an unpaired surrogate),
+// before the SDK decodes it into run ids and arguments; "" when nothing.
+func textProblem(body []byte) string {
+	err := airlock.CheckJSONEncoding("message", body)
+	if err == nil {
+		return ""
+	}
+	return "invalid params: the message " + asError(err).Message + "; nothing was executed"
+}
 
 // firstStatelessRevision is the MCP revision that removed sessions; airlock
 // serves /mcp with sessions (the run of a call, notifications to the
@@ -57,6 +71,10 @@ func (g *Gateway) mcpFront(next http.Handler) http.Handler {
 		}
 		if code, msg := checkJSONRPC(body); code != 0 {
 			writeRPCError(w, http.StatusBadRequest, code, msg, nil)
+			return
+		}
+		if msg := textProblem(body); msg != "" {
+			writeRPCError(w, http.StatusBadRequest, rpcInvalidParams, msg, nil, idOf(body))
 			return
 		}
 		m := methodOf(body)

@@ -122,6 +122,21 @@ func TestMCPEdgeAnswersJSONRPCErrors(t *testing.T) {
 			}
 		})
 	}
+	// Text the decoder would rewrite (two run ids or arguments becoming
+	// one) is refused before the SDK reads it, answering the request's id.
+	for _, tc := range []struct{ name, body, message string }{
+		{"invalid UTF-8", "{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": \"tools/call\", \"params\": {\"name\": \"x\", \"_meta\": {\"io.airlock/run\": \"r\xff\"}}}", "not valid UTF-8 at byte"},
+		{"unpaired surrogate", `{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "x", "arguments": {"id": "\udc00"}}}`, "unpaired UTF-16 surrogate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			status, out := postMCP(t, url, tc.body)
+			e, _ := out["error"].(map[string]any)
+			if status != 400 || e == nil || e["code"] != float64(-32602) || !strings.Contains(e["message"].(string), tc.message) || out["id"] != float64(3) {
+				t.Errorf("HTTP %d %v; want 400, -32602 naming %q, id 3", status, out, tc.message)
+			}
+		})
+	}
 }
 
 // server/discover is answered "unsupported protocol version" with the

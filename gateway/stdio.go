@@ -66,6 +66,9 @@ func (g *Gateway) passLine(line []byte, tooLong bool, pw *io.PipeWriter, out io.
 	if code, msg := checkJSONRPC(trimmed); code != 0 {
 		return writeRPCLine(out, code, msg)
 	}
+	if msg := textProblem(trimmed); msg != "" {
+		return writeRPCLine(out, rpcInvalidParams, msg, idOf(trimmed))
+	}
 	if lw, ok := out.(*lockedWriter); ok && bytes.Contains(trimmed, []byte("notifications/cancelled")) && methodOf(trimmed) == "notifications/cancelled" {
 		lw.silence(cancelledID(trimmed)) // before the SDK cancels the handler
 	}
@@ -73,8 +76,8 @@ func (g *Gateway) passLine(line []byte, tooLong bool, pw *io.PipeWriter, out io.
 	return err
 }
 
-func writeRPCLine(w io.Writer, code int, message string) error {
-	b, err := json.Marshal(rpcError(code, message, nil))
+func writeRPCLine(w io.Writer, code int, message string, id ...json.RawMessage) error {
+	b, err := json.Marshal(rpcError(code, message, nil, id...))
 	if err != nil {
 		return err
 	}

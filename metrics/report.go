@@ -26,7 +26,10 @@ type Report struct {
 	// AuditCompleteness is the share of side-effecting calls whose events
 	// carry run id, key, arguments and result (1 = all).
 	AuditCompleteness float64 `json:"audit_completeness"`
-	Calls             int     `json:"side_effecting_calls"`
+	// AuditEventsLost is how many buffered events were given up in the
+	// period (events_lost events); they count against AuditCompleteness.
+	AuditEventsLost int `json:"audit_events_lost"`
+	Calls           int `json:"side_effecting_calls"`
 }
 
 // ToolReport is one tool's figures.
@@ -121,15 +124,19 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 	for _, w := range waiting {
 		queue[w.Tool] = w
 	}
-	var calls, incomplete int64
+	var calls, incomplete, lost int64
 	for _, f := range cur.ByTool {
 		calls += f[airlock.FigureCalls]
 		incomplete += f[airlock.FigureIncomplete]
+		lost += f[airlock.FigureLost]
 	}
 	r.Calls = int(calls)
+	r.AuditEventsLost = int(lost)
 	r.AuditCompleteness = 1
-	if calls > 0 {
-		r.AuditCompleteness = 1 - float64(min(incomplete, calls))/float64(calls)
+	if calls+lost > 0 {
+		// Events given up count against completeness as calls whose
+		// events are missing would.
+		r.AuditCompleteness = 1 - float64(min(incomplete+lost, calls+lost))/float64(calls+lost)
 	}
 	for _, t := range m.Tools {
 		if !t.Kind.SideEffecting() {
@@ -160,6 +167,10 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 		tr.ApprovalWaitP50, tr.ApprovalWaitP99 = bucketQuantile(waits, 0.5), bucketQuantile(waits, 0.99)
 		r.Tools = append(r.Tools, tr)
 		r.Warnings = append(r.Warnings, warnings(tr)...)
+	}
+	if lost > 0 {
+		r.Warnings = append(r.Warnings, Warning{Level: "error", Figure: "audit_events_lost", Message: fmt.Sprintf(
+			"%d audit events (repeats served, conflicts, in-progress answers) were given up because the store refused them or took nothing in time; see the log for why", lost)})
 	}
 	if r.AuditCompleteness < 1 {
 		r.Warnings = append(r.Warnings, Warning{Level: "error", Figure: "audit_completeness", Message: fmt.Sprintf(
@@ -270,6 +281,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\naudit completeness: %.1f%% of %d side-effecting calls\n", 100*r.AuditCompleteness, r.Calls)
+	if r.AuditEventsLost > 0 {
+		fmt.Fprintf(w, "audit events given up: %d\n", r.AuditEventsLost)
+	}
 	if len(r.Warnings) == 0 {
 		fmt.Fprintln(w, "no warnings")
 		return

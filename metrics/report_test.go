@@ -93,3 +93,40 @@ func TestRisingRepeatsWarn(t *testing.T) {
 	}
 	t.Fatalf("no rising-repeats warning: %+v", r.Warnings)
 }
+
+// Events given up (an events_lost event in the log) count against the
+// audit completeness and have a warning of their own.
+func TestLostEventsCountAgainstCompleteness(t *testing.T) {
+	t.Parallel()
+	m, _ := withdrawals.Manifest()
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	_ = s.Migrate(ctx)
+	now := time.Now()
+	var events []*airlock.AuditEvent
+	for i := range 3 {
+		key := "k" + string(rune('0'+i))
+		events = append(events,
+			&airlock.AuditEvent{At: now, Kind: airlock.EventClaimed, RunID: "r", Key: key, Tool: "add_note", Actor: "a", Args: json.RawMessage(`{}`)},
+			&airlock.AuditEvent{At: now, Kind: airlock.EventCompleted, RunID: "r", Key: key, Tool: "add_note", Actor: "a", Result: json.RawMessage(`{}`), Outcome: airlock.OutcomeTextSucceeded})
+	}
+	events = append(events, &airlock.AuditEvent{At: now, Kind: airlock.EventLost, Actor: airlock.ActorSystem, Result: json.RawMessage(`{"lost":1}`), DurationUS: 1})
+	if err := s.AppendAudit(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	r, err := metrics.Compute(ctx, s, m, time.Hour, now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostWarned := false
+	for _, w := range r.Warnings {
+		lostWarned = lostWarned || w.Figure == "audit_events_lost"
+	}
+	if r.AuditEventsLost != 1 || r.AuditCompleteness != 0.75 || !lostWarned {
+		t.Fatalf("lost %d, completeness %v, warnings %+v: want 1 lost, 75 %%, a warning", r.AuditEventsLost, r.AuditCompleteness, r.Warnings)
+	}
+}

@@ -58,6 +58,8 @@ type Config struct {
 	// Tracer makes the propose, decide and commit spans and passes the
 	// trace on to the lookup and commit upstreams. Default: none.
 	Tracer airlock.Tracer
+	// MaxRunIDBytes caps a plan's run id. Default airlock.DefaultMaxRunIDBytes.
+	MaxRunIDBytes int
 }
 
 // Service runs plans.
@@ -99,6 +101,9 @@ func newID() string {
 // existing plan for the same key (repeat true). Facts come from the tool's
 // lookup; a lookup that fails leaves the plan to a person.
 func (s *Service) Propose(ctx context.Context, tool *airlock.Tool, args *airlock.Args, runID string) (p *airlock.Plan, repeat bool, err error) {
+	if err := airlock.CheckRunID(runID, s.cfg.MaxRunIDBytes); err != nil {
+		return nil, false, err
+	}
 	if t := s.cfg.Tracer; t != nil {
 		var span airlock.Span
 		name := ""

@@ -171,6 +171,12 @@ func TestE2EBadInputRunsNothing(t *testing.T) {
 		{"plan of a write tool", `{"tool": "plan_add_note", "args": {"record_id": "WD-1", "text": "x"}}`, 404, "unknown_tool", "tool", "plan_approve_withdrawal"},
 		{"oversized body", big, 413, "too_large", "", "larger than"},
 		{"run window without a run", `{"tool": "limited_note", "args": {"record_id": "WD-1", "text": "x"}}`, 400, "missing_field", "run_id", "run id"},
+		{"NUL in the run id", `{"tool": "add_note", "args": {"record_id": "WD-1", "text": "x"}, "run_id": "r\u0000"}`, 400, "invalid_argument", "run_id", "NUL"},
+		{"run id too long", `{"tool": "add_note", "args": {"record_id": "WD-1", "text": "x"}, "run_id": "` + strings.Repeat("r", 300) + `"}`, 400, "invalid_argument", "run_id", "at most 256 bytes"},
+		{"NUL in a natural-key value", `{"tool": "add_note", "args": {"record_id": "WD-\u0000", "text": "x"}}`, 400, "invalid_argument", "args", "NUL"},
+		{"invalid UTF-8 in a natural-key value", "{\"tool\": \"add_note\", \"args\": {\"record_id\": \"X\xff\xfe\", \"text\": \"x\"}}", 400, "invalid_argument", "body", "not valid UTF-8"},
+		{"unpaired surrogate", `{"tool": "add_note", "args": {"record_id": "X\ud800", "text": "x"}}`, 400, "invalid_argument", "body", "surrogate"},
+		{"huge tool name", `{"tool": "` + strings.Repeat("t", 5000) + `", "args": {}}`, 400, "invalid_argument", "tool", "at most 64 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

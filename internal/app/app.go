@@ -192,8 +192,10 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	a.Guard = airlock.NewGuard(a.Store, &airlock.GuardConfig{
 		Redrive: a.redrive, Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics,
 		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff, Retention: m.Retention.RecordsOr(), Tracer: cfg.Tracer,
+		MaxRunIDBytes: m.Limits.RunIDBytesOr(), CacheBytes: m.Limits.CacheBytesOr(),
 	})
-	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log, Tracer: cfg.Tracer}); err != nil {
+	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log, Tracer: cfg.Tracer,
+		MaxRunIDBytes: m.Limits.RunIDBytesOr()}); err != nil {
 		return nil, err
 	}
 	tokens := cfg.Tokens

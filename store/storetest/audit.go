@@ -3,7 +3,9 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,6 +195,59 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		}
 		if served != callers*repeatsEach {
 			t.Fatalf("%d repeat_served events written, want %d", served, callers*repeatsEach)
+		}
+	})
+
+	t.Run("PoisonedRepeatsRefusedAndTheirNeighboursLogged", func(t *testing.T) {
+		t.Parallel()
+		// Every 100th repeat carries a run id no text column can hold (a
+		// NUL, invalid UTF-8) or too long: each is refused before anything
+		// is claimed or buffered, and every other repeat's event is
+		// written — one agent cannot take the others' events down.
+		s := newStore(t)
+		g := airlock.NewGuard(s, &airlock.GuardConfig{AuditWait: time.Minute})
+		tool := Tool("approve", "forever")
+		args := fmt.Sprintf(`{"record_id":"%s"}`, Key("WD"))
+		var c counter
+		_, err := g.Do(context.Background(), call(tool, args, "r"), c.fn)
+		must(t, err)
+		poison := []string{"bad\x00run", "bad\xffrun", strings.Repeat("r", 257)}
+		refused := 0
+		for i := range 1000 {
+			run := "r"
+			if i%100 == 99 {
+				run = poison[i/100%len(poison)]
+			}
+			a, err := g.Do(context.Background(), call(tool, args, run), c.fn)
+			if run != "r" {
+				var e *airlock.Error
+				if !errors.As(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != "run_id" {
+					t.Fatalf("poisoned run id %q: %+v, %v; want invalid_argument naming run_id", run[:min(len(run), 12)], a, err)
+				}
+				refused++
+				continue
+			}
+			if err != nil || !a.Repeat {
+				t.Fatalf("repeat %d: %+v, %v", i, a, err)
+			}
+		}
+		g.Close()
+		if n := g.AuditDropped(); n != 0 {
+			t.Fatalf("%d events lost", n)
+		}
+		events, err := s.AuditSince(context.Background(), time.Now().Add(-time.Hour), 10000)
+		must(t, err)
+		served := 0
+		for _, e := range events {
+			if e.Kind == airlock.EventRepeat && e.Tool == tool.Name {
+				if e.RunID != "r" {
+					t.Fatalf("an event with run id %q was written", e.RunID)
+				}
+				served++
+			}
+		}
+		if served != 1000-refused || c.n.Load() != 1 {
+			t.Fatalf("%d repeat_served events for %d repeats; %d executions", served, 1000-refused, c.n.Load())
 		}
 	})
 
