@@ -141,6 +141,12 @@ type Limits struct {
 	// bytes they hold (it also holds at most 10,000). Default 64 MiB; from
 	// 1 MiB to 16 GiB.
 	CacheBytes *ByteSize `yaml:"cache_bytes" json:"cache_bytes,omitempty"`
+	// MCPSessionIdle closes an MCP session (over HTTP) that has had no
+	// request for this long. Default 30m; from 1s to 7d.
+	MCPSessionIdle Duration `yaml:"mcp_session_idle" json:"mcp_session_idle,omitzero"`
+	// MCPSessionsPerToken caps the MCP sessions one token holds open; an
+	// initialize beyond it gets 429. Default 100; from 1 to 100,000.
+	MCPSessionsPerToken int `yaml:"mcp_sessions_per_token" json:"mcp_sessions_per_token,omitempty"`
 }
 
 // Default and bounds of limits.request_bytes.
@@ -188,6 +194,15 @@ func (l *Limits) validate(v *validator) {
 		v.add("limits.run_id_bytes", "%v", b.err)
 	case b.Bytes < 16 || b.Bytes > 4<<10:
 		v.add("limits.run_id_bytes", "must be from 16 bytes to 4KiB, not %d bytes", b.Bytes)
+	}
+	switch d := l.MCPSessionIdle; {
+	case d.problem() != nil:
+		v.add("limits.mcp_session_idle", "%v", d.problem())
+	case d.raw != "" && (d.Duration < time.Second || d.Duration > 7*24*time.Hour):
+		v.add("limits.mcp_session_idle", "must be from 1s to 7d, not %s", d.raw)
+	}
+	if n := l.MCPSessionsPerToken; n < 0 || n > 100_000 {
+		v.add("limits.mcp_sessions_per_token", "must be from 1 to 100000, not %d", n)
 	}
 	switch b := l.CacheBytes; {
 	case b == nil:

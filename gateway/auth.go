@@ -65,9 +65,9 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 }
 
 func (g *Gateway) authenticate(r *http.Request) (Principal, error) {
-	h := r.Header.Get("Authorization")
-	raw, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || strings.TrimSpace(raw) == "" {
+	// The scheme is case-insensitive (RFC 9110): "bearer" is "Bearer".
+	scheme, raw, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(raw) == "" {
 		return Principal{}, airlock.Errorf(airlock.CodeUnauthenticated, "missing bearer token: send Authorization: Bearer TOKEN")
 	}
 	if p, ok := Authenticate(g.tokens, raw); ok {

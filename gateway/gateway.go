@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +59,12 @@ type Config struct {
 	Tokens []Token
 	// MaxBody caps request bodies. Default 1 MiB.
 	MaxBody int64
+	// MCPSessionIdle closes an MCP session that has had no request for
+	// this long. Default DefaultMCPSessionIdle (30 minutes).
+	MCPSessionIdle time.Duration
+	// MCPSessionsPerToken caps the MCP sessions one token holds open.
+	// Default DefaultMCPSessionsPerToken (100).
+	MCPSessionsPerToken int
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Version is reported to MCP clients. Default "dev".
@@ -94,24 +101,26 @@ type Store interface {
 
 // Gateway serves the tools.
 type Gateway struct {
-	m       *airlock.Manifest
-	guard   *airlock.Guard
-	store   Store
-	callers map[string]upstream.Caller // by tool name
-	schemas map[string]*argsSchema
-	tokens  []Token
-	maxBody int64
-	log     *slog.Logger
-	mcp     *mcp.Server
-	run     string
-	plans   *plan.Service
-	metrics *metrics.Metrics
-	gather  prometheus.Gatherer
-	ui      http.Handler
-	tracer  airlock.Tracer // nil: no spans
-	cancels cancels        // /mcp requests in flight, for notifications/cancelled
-	peers   peers          // MCP sessions that upstreams relay to
-	pass    *passThrough   // MCP upstreams' resources and prompts
+	m        *airlock.Manifest
+	guard    *airlock.Guard
+	store    Store
+	callers  map[string]upstream.Caller // by tool name
+	schemas  map[string]*argsSchema
+	tokens   []Token
+	maxBody  int64
+	log      *slog.Logger
+	mcp      *mcp.Server
+	run      string
+	plans    *plan.Service
+	metrics  *metrics.Metrics
+	gather   prometheus.Gatherer
+	ui       http.Handler
+	tracer   airlock.Tracer // nil: no spans
+	cancels  cancels        // /mcp requests in flight, for notifications/cancelled
+	peers    peers          // MCP sessions that upstreams relay to
+	sessions *mcpSessions   // who opened each MCP session; how many each token holds
+	idle     time.Duration  // MCP sessions idle this long are closed
+	pass     *passThrough   // MCP upstreams' resources and prompts
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -128,6 +137,15 @@ func New(cfg Config) (*Gateway, error) {
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody
 	}
+	g.idle = cfg.MCPSessionIdle
+	if g.idle <= 0 {
+		g.idle = DefaultMCPSessionIdle
+	}
+	perToken := cfg.MCPSessionsPerToken
+	if perToken <= 0 {
+		perToken = DefaultMCPSessionsPerToken
+	}
+	g.sessions = newMCPSessions(perToken)
 	if g.log == nil {
 		g.log = slog.Default()
 	}

@@ -44,7 +44,7 @@ func (g *Gateway) Handler() http.Handler {
 		mux.Handle("POST /v1/plans/{id}/reject", g.require(readers, g.handleDecide(false)))
 	}
 
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.mcp }, StreamableOptions(g.maxBody))
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.mcp }, StreamableOptions(g.maxBody, g.idle))
 	// The MCP spec asks servers to check Origin: a browser page on another
 	// origin must not drive the agent's tools.
 	mux.Handle("/mcp", g.require(agents, http.NewCrossOriginProtection().Handler(g.mcpFront(mcpHandler))))
@@ -239,8 +239,9 @@ func (g *Gateway) handleRecords(w http.ResponseWriter, r *http.Request) {
 }
 
 // StreamableOptions are the streamable HTTP options /mcp is served with,
-// for a body limit of maxBody bytes (0: the SDK's); airlock bench serves its
-// bare MCP server with them too, so that the two differ only by airlock.
-func StreamableOptions(maxBody int64) *mcp.StreamableHTTPOptions {
-	return &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: maxBody}
+// for a body limit of maxBody bytes (0: the SDK's) and sessions closed
+// after idle without a request (0: never); airlock bench serves its bare
+// MCP server with them too, so that the two differ only by airlock.
+func StreamableOptions(maxBody int64, idle time.Duration) *mcp.StreamableHTTPOptions {
+	return &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: maxBody, SessionTimeout: idle}
 }

@@ -54,8 +54,9 @@ func ServedMCPVersions() []string {
 // than taking a success for a stateless server it is not talking to.
 func (g *Gateway) mcpFront(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := PrincipalFrom(r.Context())
 		if r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
+			g.guardSession(w, r, p.Name, "", nil, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
@@ -104,7 +105,7 @@ func (g *Gateway) mcpFront(next http.Handler) http.Handler {
 			defer done()
 			w = d
 		}
-		next.ServeHTTP(w, r)
+		g.guardSession(w, r, p.Name, m, body, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
 	})
 }
 

@@ -211,6 +211,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Manifest: m, Guard: a.Guard, Store: a.Store, Upstreams: a.upstreams, Funcs: cfg.Funcs, Tokens: tokens, Logger: a.log,
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
 		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
+		MCPSessionIdle: m.Limits.MCPSessionIdle.Duration, MCPSessionsPerToken: m.Limits.MCPSessionsPerToken,
 	}); err != nil {
 		return nil, err
 	}

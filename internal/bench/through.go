@@ -304,5 +304,5 @@ func (t *Through) bareMCP() http.Handler {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}, StructuredContent: json.RawMessage(out)}, nil
 	})
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, gateway.StreamableOptions(0))
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, gateway.StreamableOptions(0, gateway.DefaultMCPSessionIdle))
 }

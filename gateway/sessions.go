@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Defaults of the MCP session limits (Config.MCPSessionIdle,
+// Config.MCPSessionsPerToken; the manifest's limits).
+const (
+	DefaultMCPSessionIdle      = 30 * time.Minute
+	DefaultMCPSessionsPerToken = 100
+)
+
+// mcpSessions binds each MCP session to the token that opened it — a
+// session id is a capability, and another token must not use it — and caps
+// the sessions one token holds open, so that clients that never close
+// theirs cannot exhaust the server (the SDK closes idle ones).
+type mcpSessions struct {
+	max int
+
+	mu    sync.Mutex
+	owner map[string]string // session id → the principal that opened it
+	open  map[string]int    // principal → sessions open
+}
+
+func newMCPSessions(max int) *mcpSessions {
+	return &mcpSessions{max: max, owner: map[string]string{}, open: map[string]int{}}
+}
+
+// ownedBy reports whether a session id may be used by principal: an id
+// airlock did not see opened is the SDK's to refuse.
+func (m *mcpSessions) ownedBy(id, principal string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.owner[id]
+	return !ok || o == principal
+}
+
+// reserve takes a place for a new session of principal; false: it holds
+// the most it may.
+func (m *mcpSessions) reserve(principal string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open[principal] >= m.max {
+		return false
+	}
+	m.open[principal]++
+	return true
+}
+
+// opened binds a new session to the principal whose place it took; an
+// empty id (the initialize failed) gives the place back.
+func (m *mcpSessions) opened(id, principal string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id == "" {
+		m.open[principal]--
+		return
+	}
+	m.owner[id] = principal
+}
+
+func (m *mcpSessions) ended(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.owner[id]; ok {
+		delete(m.owner, id)
+		if m.open[p]--; m.open[p] <= 0 {
+			delete(m.open, p)
+		}
+	}
+}
+
+// guardSession applies the binding and the cap to one /mcp request of
+// principal; it reports whether the request may go on (else it answered).
+func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal, method string, body []byte, serve func(http.ResponseWriter)) {
+	if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+		if !g.sessions.ownedBy(id, principal) {
+			writeRPCError(w, http.StatusForbidden, rpcInvalidRequest,
+				"this MCP session was opened with another token; open your own (initialize)", nil, idOf(body))
+			return
+		}
+		serve(w)
+		return
+	}
+	if r.Method != http.MethodPost || method != "initialize" {
+		serve(w)
+		return
+	}
+	if !g.sessions.reserve(principal) {
+		w.Header().Set("Retry-After", "60")
+		writeRPCError(w, http.StatusTooManyRequests, rpcInvalidRequest, fmt.Sprintf(
+			"this token holds %d open MCP sessions, the most it may (limits.mcp_sessions_per_token); end one (DELETE /mcp) or wait for idle ones to close (limits.mcp_session_idle)",
+			g.sessions.max), nil, idOf(body))
+		return
+	}
+	cw := &sessionCapture{ResponseWriter: w}
+	serve(cw)
+	id := cw.id
+	if cw.status >= 300 {
+		id = ""
+	}
+	g.sessions.opened(id, principal)
+	if id != "" {
+		g.watchSession(id)
+	}
+}
+
+// watchSession frees a session's place when the SDK ends it (DELETE, idle
+// timeout, shutdown).
+func (g *Gateway) watchSession(id string) {
+	for s := range g.mcp.Sessions() {
+		if s.ID() == id {
+			go func(s *mcp.ServerSession) {
+				_ = s.Wait()
+				g.sessions.ended(id)
+			}(s)
+			return
+		}
+	}
+	g.sessions.ended(id) // already gone
+}
+
+// sessionCapture reads the session id the SDK gives a new session.
+type sessionCapture struct {
+	http.ResponseWriter
+	id     string
+	status int
+}
+
+func (c *sessionCapture) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status, c.id = code, c.Header().Get("Mcp-Session-Id")
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *sessionCapture) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+func (c *sessionCapture) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *sessionCapture) Unwrap() http.ResponseWriter { return c.ResponseWriter }
