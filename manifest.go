@@ -147,6 +147,20 @@ type Limits struct {
 	// MCPSessionsPerToken caps the MCP sessions one token holds open; an
 	// initialize beyond it gets 429. Default 100; from 1 to 100,000.
 	MCPSessionsPerToken int `yaml:"mcp_sessions_per_token" json:"mcp_sessions_per_token,omitempty"`
+	// Connections caps the HTTP connections served at once; more wait to
+	// be accepted. Default 1024; from 16 to 1,000,000.
+	Connections int `yaml:"connections" json:"connections,omitempty"`
+	// BodyTimeout is how long a request's body may take to arrive. Default
+	// 30s; from 1s to 10m.
+	BodyTimeout Duration `yaml:"body_timeout" json:"body_timeout,omitzero"`
+}
+
+// ConnectionsOr returns the connection cap, 1024 when unset.
+func (l *Limits) ConnectionsOr() int {
+	if l.Connections <= 0 {
+		return 1024
+	}
+	return l.Connections
 }
 
 // Default and bounds of limits.request_bytes.
@@ -200,6 +214,15 @@ func (l *Limits) validate(v *validator) {
 		v.add("limits.mcp_session_idle", "%v", d.problem())
 	case d.raw != "" && (d.Duration < time.Second || d.Duration > 7*24*time.Hour):
 		v.add("limits.mcp_session_idle", "must be from 1s to 7d, not %s", d.raw)
+	}
+	switch d := l.BodyTimeout; {
+	case d.problem() != nil:
+		v.add("limits.body_timeout", "%v", d.problem())
+	case d.raw != "" && (d.Duration < time.Second || d.Duration > 10*time.Minute):
+		v.add("limits.body_timeout", "must be from 1s to 10m, not %s", d.raw)
+	}
+	if n := l.Connections; n != 0 && (n < 16 || n > 1_000_000) {
+		v.add("limits.connections", "must be from 16 to 1000000, not %d", n)
 	}
 	if n := l.MCPSessionsPerToken; n < 0 || n > 100_000 {
 		v.add("limits.mcp_sessions_per_token", "must be from 1 to 100000, not %d", n)

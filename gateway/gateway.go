@@ -25,6 +25,20 @@ import (
 	"github.com/airlockhq/airlock/upstream"
 )
 
+// DefaultBodyTimeout bounds how long a request body may take (Config.BodyTimeout).
+const DefaultBodyTimeout = 30 * time.Second
+
+// longestCall is the longest an answer may legitimately take: a tool's
+// timeout with its re-drives, or its repeat wait, whichever is longer, over
+// every tool, and a margin.
+func longestCall(m *airlock.Manifest) time.Duration {
+	longest := time.Minute
+	for _, t := range m.Tools {
+		longest = max(longest, 4*t.TimeoutOr()+10*time.Second, t.RepeatWaitOr(), t.RespondWithinOr())
+	}
+	return longest + 30*time.Second
+}
+
 // maxToolName bounds a tool name in a request (manifest names are at most
 // 64 characters; plan_ adds 5), so that a refusal does not echo megabytes.
 const maxToolName = 128
@@ -65,6 +79,9 @@ type Config struct {
 	// MCPSessionsPerToken caps the MCP sessions one token holds open.
 	// Default DefaultMCPSessionsPerToken (100).
 	MCPSessionsPerToken int
+	// BodyTimeout is how long a request's body may take to arrive.
+	// Default DefaultBodyTimeout (30s).
+	BodyTimeout time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Version is reported to MCP clients. Default "dev".
@@ -101,26 +118,28 @@ type Store interface {
 
 // Gateway serves the tools.
 type Gateway struct {
-	m        *airlock.Manifest
-	guard    *airlock.Guard
-	store    Store
-	callers  map[string]upstream.Caller // by tool name
-	schemas  map[string]*argsSchema
-	tokens   []Token
-	maxBody  int64
-	log      *slog.Logger
-	mcp      *mcp.Server
-	run      string
-	plans    *plan.Service
-	metrics  *metrics.Metrics
-	gather   prometheus.Gatherer
-	ui       http.Handler
-	tracer   airlock.Tracer // nil: no spans
-	cancels  cancels        // /mcp requests in flight, for notifications/cancelled
-	peers    peers          // MCP sessions that upstreams relay to
-	sessions *mcpSessions   // who opened each MCP session; how many each token holds
-	idle     time.Duration  // MCP sessions idle this long are closed
-	pass     *passThrough   // MCP upstreams' resources and prompts
+	m           *airlock.Manifest
+	guard       *airlock.Guard
+	store       Store
+	callers     map[string]upstream.Caller // by tool name
+	schemas     map[string]*argsSchema
+	tokens      []Token
+	maxBody     int64
+	log         *slog.Logger
+	mcp         *mcp.Server
+	run         string
+	plans       *plan.Service
+	metrics     *metrics.Metrics
+	gather      prometheus.Gatherer
+	ui          http.Handler
+	tracer      airlock.Tracer // nil: no spans
+	cancels     cancels        // /mcp requests in flight, for notifications/cancelled
+	peers       peers          // MCP sessions that upstreams relay to
+	sessions    *mcpSessions   // who opened each MCP session; how many each token holds
+	bodyTimeout time.Duration  // a request body arrives within this
+	longestCall time.Duration  // an answer is written within this
+	idle        time.Duration  // MCP sessions idle this long are closed
+	pass        *passThrough   // MCP upstreams' resources and prompts
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -146,6 +165,11 @@ func New(cfg Config) (*Gateway, error) {
 		perToken = DefaultMCPSessionsPerToken
 	}
 	g.sessions = newMCPSessions(perToken)
+	g.bodyTimeout = cfg.BodyTimeout
+	if g.bodyTimeout <= 0 {
+		g.bodyTimeout = DefaultBodyTimeout
+	}
+	g.longestCall = longestCall(g.m)
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -401,6 +425,9 @@ func AnswerObject(a *airlock.Answer) map[string]any {
 // unknown fields; errors name the problem.
 func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	if err == nil {
+		bodyRead(w)
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -56,7 +56,35 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, g.log, airlock.Errorf(airlock.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	return g.withDeadlines(mux)
+}
+
+// withDeadlines bounds what one request may hold a connection for: its body
+// must arrive within the body timeout (a client that sends a byte now and
+// then is cut off, and so is the server's drain of a body it never read,
+// such as one sent without a token), and the answer must be written within
+// the longest legitimate call. The MCP stream a client opens with GET is
+// the one exception: it lasts as long as its session, which closes when
+// idle.
+func (g *Gateway) withDeadlines(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		now := time.Now()
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			_ = rc.SetReadDeadline(now.Add(g.bodyTimeout))
+		}
+		if !(r.Method == http.MethodGet && r.URL.Path == "/mcp") {
+			_ = rc.SetWriteDeadline(now.Add(g.longestCall))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bodyRead ends the body's deadline once it is read: a call may then run
+// as long as it legitimately does (a read deadline passing mid-call would
+// cancel the request).
+func bodyRead(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -60,6 +60,9 @@ func (g *Gateway) mcpFront(next http.Handler) http.Handler {
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+		if err == nil {
+			bodyRead(w)
+		}
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {

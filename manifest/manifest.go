@@ -140,7 +140,7 @@ var (
 var typeNames = map[string]string{
 	"airlock.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools, notify, retention, limits)",
 	"airlock.Retention":   "retention (records, audit, figures)",
-	"airlock.Limits":      "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token)",
+	"airlock.Limits":      "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout)",
 	"airlock.Notify":      "notify (webhook)",
 	"airlock.Calendar":    "calendar (timezone, cutoff, holidays)",
 	"airlock.Auth":        "auth (tokens)",

@@ -40,6 +40,8 @@ import (
 	"github.com/airlockhq/airlock/upstream"
 	"github.com/airlockhq/airlock/upstream/httpjson"
 	upmcp "github.com/airlockhq/airlock/upstream/mcp"
+
+	"golang.org/x/net/netutil"
 )
 
 // Config configures an App. Only Manifest and DSN are required; every
@@ -212,6 +214,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
 		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
 		MCPSessionIdle: m.Limits.MCPSessionIdle.Duration, MCPSessionsPerToken: m.Limits.MCPSessionsPerToken,
+		BodyTimeout: m.Limits.BodyTimeout.Duration,
 	}); err != nil {
 		return nil, err
 	}
@@ -473,7 +476,12 @@ func waitOrDone(ctx context.Context, wait func()) bool {
 // until ctx ends, then lets in-flight requests finish and closes the app,
 // all within shutdown (DefaultShutdown when zero). Start must have run.
 func (a *App) Serve(ctx context.Context, ln net.Listener, shutdown time.Duration) error {
-	srv := &http.Server{Handler: a.Gateway.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Headers within 10 s; a connection idle between requests is closed
+	// after 2 minutes; bodies and answers have their own deadlines (the
+	// gateway's). At most limits.connections are served at once; more wait
+	// to be accepted.
+	srv := &http.Server{Handler: a.Gateway.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	ln = netutil.LimitListener(ln, a.Manifest.Limits.ConnectionsOr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var serveErr error
