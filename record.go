@@ -170,6 +170,10 @@ type Store interface {
 	Migrate(ctx context.Context) error
 	// Ping checks the database is reachable and migrated.
 	Ping(ctx context.Context) error
+	// ProbeWrite commits a write of its own (one row), so that a store
+	// that could not commit a claim now — a full disk, a read-only file or
+	// database — says so.
+	ProbeWrite(ctx context.Context) error
 	Close() error
 }
 

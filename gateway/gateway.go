@@ -111,6 +111,7 @@ type Config struct {
 // pages of it.
 type Store interface {
 	Ping(ctx context.Context) error
+	ProbeWrite(ctx context.Context) error
 	AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error)
 	ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error)
 	metrics.Source
@@ -135,6 +136,7 @@ type Gateway struct {
 	tracer      airlock.Tracer // nil: no spans
 	cancels     cancels        // /mcp requests in flight, for notifications/cancelled
 	peers       peers          // MCP sessions that upstreams relay to
+	ready       readiness      // the last /readyz probe
 	sessions    *mcpSessions   // who opened each MCP session; how many each token holds
 	bodyTimeout time.Duration  // a request body arrives within this
 	longestCall time.Duration  // an answer is written within this

@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -87,12 +90,50 @@ func bodyRead(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
+// handleReady answers whether a claim could be written now: the store is
+// migrated and takes a write of its own. The answer is unauthenticated, so
+// it says what is wrong in general words; the log has the error (and no
+// connection string is ever in either). A probe is reused for a second, so
+// that probes cannot flood the store with commits.
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
-	if err := g.store.Ping(r.Context()); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+	err := g.ready.check(r.Context(), func(ctx context.Context) error {
+		if err := g.store.Ping(ctx); err != nil {
+			return fmt.Errorf("the store is not reachable or not migrated: %w", err)
+		}
+		if err := g.store.ProbeWrite(ctx); err != nil {
+			return fmt.Errorf("the store does not take writes: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		g.log.Warn("airlock: not ready", "err", err)
+		reason := "the store is not reachable or not migrated"
+		if strings.HasPrefix(err.Error(), "the store does not take writes") {
+			reason = "the store does not take writes (disk full, read-only, or a standby?)"
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// readiness caches the last probe for a second.
+type readiness struct {
+	mu   sync.Mutex
+	at   time.Time
+	last error
+}
+
+func (rd *readiness) check(ctx context.Context, probe func(context.Context) error) error {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if !rd.at.IsZero() && time.Since(rd.at) < time.Second {
+		return rd.last
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rd.last, rd.at = probe(ctx), time.Now()
+	return rd.last
 }
 
 func (g *Gateway) handleCall(w http.ResponseWriter, r *http.Request) {

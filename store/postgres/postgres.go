@@ -246,6 +246,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // Ping implements airlock.Store: the database answers and is migrated.
+// ProbeWrite implements airlock.Store.
+func (s *Store) ProbeWrite(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO airlock_ready (id, at) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at`)
+	return err
+}
+
 func (s *Store) Ping(ctx context.Context) error {
 	ms, err := loadMigrations()
 	if err != nil {
@@ -277,7 +283,7 @@ func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
 // looks after; Vacuum names them.
 var airlockTables = []string{
 	"airlock_records", "airlock_plans", "airlock_audit", "airlock_audit_anchor",
-	"airlock_rollup", "airlock_rollup_hour", "airlock_run_calls", "airlock_run_hist",
+	"airlock_rollup", "airlock_rollup_hour", "airlock_run_calls", "airlock_run_hist", "airlock_ready",
 }
 
 // Warnings are what an operator should know about the database's settings:

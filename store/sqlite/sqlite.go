@@ -379,6 +379,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // Ping implements airlock.Store: the database answers and is migrated.
+// ProbeWrite implements airlock.Store: through the writer, as a claim goes.
+func (s *Store) ProbeWrite(ctx context.Context) error {
+	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO airlock_ready (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = excluded.at`, time.Now().UnixMicro())
+		return err
+	})
+}
+
 func (s *Store) Ping(ctx context.Context) error {
 	ms, err := migrations.Load(mustSub(migrationFiles, "migrations"))
 	if err != nil {

@@ -474,6 +474,8 @@ func runStore(t *testing.T, newStore NewStore) {
 		s := newStore(t)
 		must(t, s.Migrate(ctx))
 		must(t, s.Ping(ctx))
+		must(t, s.ProbeWrite(ctx))
+		must(t, s.ProbeWrite(ctx)) // the row is there: written again
 	})
 }
 

@@ -1,0 +1,79 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/internal/testdb"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/store"
+)
+
+// Ready means a claim could be written: a database that answers but takes
+// no writes (here every transaction read-only, as on a standby) is not
+// ready, and the unauthenticated answer names no connection string.
+func TestReadyMeansAClaimCanBeWritten(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.Schema(t)
+	ctx := context.Background()
+	m, err := manifest.Parse([]byte(testManifest), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writable, err := store.OpenMigrated(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writable.Close() })
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	readOnly, err := store.Open(ctx, dsn+sep+"default_transaction_read_only=on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { readOnly.Close() })
+
+	for _, tc := range []struct {
+		name   string
+		store  airlock.Store
+		status int
+		reason string
+	}{
+		{"writable", writable, http.StatusOK, ""},
+		{"read-only", readOnly, http.StatusServiceUnavailable, "does not take writes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			guard := airlock.NewGuard(tc.store, nil)
+			defer guard.Close()
+			g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: tc.store, Funcs: frontFuncs()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(g.Handler())
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var out map[string]string
+			_ = json.Unmarshal(body, &out)
+			if resp.StatusCode != tc.status || !strings.Contains(out["reason"], tc.reason) {
+				t.Fatalf("readyz %d %s; want %d with %q", resp.StatusCode, body, tc.status, tc.reason)
+			}
+			if strings.Contains(string(body), "postgres") || strings.Contains(string(body), "127.0.0.1") {
+				t.Fatalf("readyz tells the connection: %s", body)
+			}
+		})
+	}
+}
