@@ -106,42 +106,62 @@ func start(t *testing.T, env []string, path string, args ...string) *proc {
 
 func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	path := cmd.Path
-	stdout, _ := cmd.StdoutPipe()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	return startCmds(t, cmd)[0]
+}
+
+// startCmds starts every command at once, then waits for each to listen.
+func startCmds(t *testing.T, cmds ...*exec.Cmd) []*proc {
+	t.Helper()
+	type started struct {
+		p      *proc
+		ready  chan string
+		stderr *bytes.Buffer
 	}
-	p := &proc{cmd: cmd, out: &bytes.Buffer{}, mu: &sync.Mutex{}, exited: make(chan struct{})}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.out.WriteString(line + "\n")
-			p.mu.Unlock()
-			if a, ok := strings.CutPrefix(line, "listening on http://"); ok {
-				ready <- a
+	var all []started
+	for _, cmd := range cmds {
+		path := cmd.Path
+		stdout, _ := cmd.StdoutPipe()
+		stderr := &bytes.Buffer{}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := &proc{cmd: cmd, out: &bytes.Buffer{}, mu: &sync.Mutex{}, exited: make(chan struct{})}
+		ready := make(chan string, 1)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				line := sc.Text()
+				p.mu.Lock()
+				p.out.WriteString(line + "\n")
+				p.mu.Unlock()
+				if a, ok := strings.CutPrefix(line, "listening on http://"); ok {
+					ready <- a
+				}
 			}
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("%s stdout:\n%s\nstderr:\n%s", filepath.Base(path), p.output(), stderr.String())
-		}
-	})
-	select {
-	case p.addr = <-ready:
-	case <-p.exited:
-		t.Fatalf("%s exited before listening:\n%s\n%s", filepath.Base(path), p.output(), stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not start:\n%s", filepath.Base(path), stderr.String())
+		}()
+		go func() { _ = cmd.Wait(); close(p.exited) }()
+		t.Cleanup(func() {
+			p.stop()
+			if t.Failed() {
+				t.Logf("%s stdout:\n%s\nstderr:\n%s", filepath.Base(path), p.output(), stderr.String())
+			}
+		})
+		all = append(all, started{p, ready, stderr})
 	}
-	return p
+	out := make([]*proc, 0, len(all))
+	for _, s := range all {
+		name := filepath.Base(s.p.cmd.Path)
+		select {
+		case s.p.addr = <-s.ready:
+		case <-s.p.exited:
+			t.Fatalf("%s exited before listening:\n%s\n%s", name, s.p.output(), s.stderr.String())
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s did not start:\n%s", name, s.stderr.String())
+		}
+		out = append(out, s.p)
+	}
+	return out
 }
 
 // Tokens of the test manifests (env entries).

@@ -286,6 +286,33 @@ func TestE2EStdioServer(t *testing.T) {
 	}
 }
 
+// Replicas started together on a fresh database all come up: airlock's
+// migrations and the commit queue's (River's) run under one lock, so one
+// replica migrates and the others find the schema done. Three trials.
+func TestE2EReplicasStartTogetherOnAFreshDatabase(t *testing.T) {
+	t.Parallel()
+	payments := startPayments(t)
+	for trial := range 3 {
+		t.Run(fmt.Sprint("trial ", trial), func(t *testing.T) {
+			dsn := testdb.Schema(t)
+			config := e2eManifest(t, payments.url(), "", "", "")
+			var cmds []*exec.Cmd
+			for range 3 {
+				cmd := exec.Command(bin(t, "airlock"), "serve", "--config", config, "--db", dsn, "--listen", freeAddr(t))
+				cmd.Env = append(os.Environ(), tokenEnv...)
+				cmds = append(cmds, cmd)
+			}
+			for i, p := range startCmds(t, cmds...) {
+				status, body := apiCall(t, "POST", p.url()+"/v1/calls", agentToken,
+					fmt.Sprintf(`{"tool":"add_note","args":{"record_id":"WD-%d-%d","text":"up"}}`, trial, i))
+				if status != 200 {
+					t.Fatalf("replica %d: %d %v", i, status, body)
+				}
+			}
+		})
+	}
+}
+
 func TestE2EThreeReplicasOnePostgres(t *testing.T) {
 	t.Parallel()
 	dsn := testdb.Schema(t)

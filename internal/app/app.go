@@ -131,7 +131,7 @@ type App struct {
 // commitQueue is what differs between the databases for the commit queue:
 // River's driver on the store's own connection. It is chosen once, here.
 type commitQueue struct {
-	migrate func(ctx context.Context) error
+	migrate func(ctx context.Context) error // the store's migrations, then the queue's
 	start   func(ctx context.Context, commits riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error)
 }
 
@@ -161,11 +161,10 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		return nil, err
 	}
 	if cfg.Migrate {
-		if err := a.Store.Migrate(ctx); err != nil {
-			return nil, fmt.Errorf("%w: migrating: %v", airlock.ErrStoreUnavailable, err)
-		}
+		// The store's migrations and the commit queue's, under the
+		// driver's lock where it has one.
 		if err := a.commits.migrate(ctx); err != nil {
-			return nil, fmt.Errorf("migrating the commit queue: %w", err)
+			return nil, fmt.Errorf("%w: migrating: %v", airlock.ErrStoreUnavailable, err)
 		}
 	}
 
@@ -240,6 +239,9 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 		// the store's own settings.
 		a.commits = commitQueue{
 			migrate: func(ctx context.Context) error {
+				if err := s.Migrate(ctx); err != nil {
+					return err
+				}
 				db, err := s.OpenDB(1)
 				if err != nil {
 					return err
@@ -265,7 +267,9 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 		}
 		a.Store = s
 		a.commits = commitQueue{
-			migrate: func(ctx context.Context) error { return riverqueue.MigratePostgres(ctx, s.Pool()) },
+			migrate: func(ctx context.Context) error {
+				return s.MigrateWith(ctx, func(ctx context.Context) error { return riverqueue.MigratePostgres(ctx, s.Pool()) })
+			},
 			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error) {
 				return riverqueue.StartPostgres(ctx, s.Pool(), c, cfg)
 			},

@@ -205,7 +205,13 @@ func (s *Store) listen(ctx context.Context) error {
 
 // Migrate implements airlock.Store. An advisory lock lets many replicas
 // start at once.
-func (s *Store) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error { return s.MigrateWith(ctx) }
+
+// MigrateWith applies airlock's migrations and then more (the commit
+// queue's) under the one advisory lock, so that replicas started together
+// on a fresh database take turns: one migrates, the others find it done.
+// (River's migrations take no lock of their own.)
+func (s *Store) MigrateWith(ctx context.Context, more ...func(context.Context) error) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
@@ -240,6 +246,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 		})
 		if err != nil {
 			return fmt.Errorf("postgres: migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	for _, f := range more {
+		if err := f(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
