@@ -128,6 +128,9 @@ type RecordStore interface {
 	// ListRecords lists the records of f.State, most recently changed
 	// first, after f.After, up to f.LimitOr(); an index serves it.
 	ListRecords(ctx context.Context, f RecordFilter) ([]*Record, error)
+	// InDoubtByTool counts the records in doubt now, by tool (the gauge
+	// airlock_records_in_doubt and the report read it; an index serves it).
+	InDoubtByTool(ctx context.Context) (map[string]int, error)
 	// CountRunCalls counts the records of a tool in a run (for
 	// max_calls_per_run).
 	CountRunCalls(ctx context.Context, runID, tool string) (int, error)

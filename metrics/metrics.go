@@ -35,6 +35,8 @@ type Metrics struct {
 	queueDepth      *prometheus.Desc
 	oldestWait      *prometheus.Desc
 	waiting         func(ctx context.Context) ([]airlock.WaitingPlans, error)
+	inDoubtNow      *prometheus.Desc
+	inDoubt         func(ctx context.Context) (map[string]int, error)
 	now             func() time.Time
 	sideEffectCalls *prometheus.HistogramVec // airlock_side_effect_calls_per_run
 
@@ -50,6 +52,11 @@ type Config struct {
 	// waited). It reads the store, so every replica reports the same.
 	// Default: neither is reported.
 	Waiting func(ctx context.Context) ([]airlock.WaitingPlans, error)
+	// InDoubt, when set, is read at each scrape for
+	// airlock_records_in_doubt{tool}: the records whose outcome is unknown
+	// now, however they came to be (an answer in doubt, or the reaper after
+	// a crash), from the store. Default: not reported.
+	InDoubt func(ctx context.Context) (map[string]int, error)
 	// Now tells the time for the oldest wait. Default time.Now.
 	Now func() time.Time
 }
@@ -114,6 +121,8 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		queueDepth: prometheus.NewDesc("airlock_approval_queue_depth", "Plans waiting for a person.", []string{"tool"}, nil),
 		oldestWait: prometheus.NewDesc("airlock_approval_oldest_wait_seconds", "How long the oldest plan waiting for a person has waited (0: none waits).", []string{"tool"}, nil),
 		waiting:    cfg.Waiting,
+		inDoubtNow: prometheus.NewDesc("airlock_records_in_doubt", "Records whose outcome is unknown now (read from the store: every replica reports the same).", []string{"tool"}, nil),
+		inDoubt:    cfg.InDoubt,
 		now:        cfg.Now,
 		runs:       map[string]int{},
 	}
@@ -134,14 +143,22 @@ type queueCollector struct{ m *Metrics }
 func (q queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- q.m.queueDepth
 	ch <- q.m.oldestWait
+	ch <- q.m.inDoubtNow
 }
 
 func (q queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if q.m.inDoubt != nil {
+		if byTool, err := q.m.inDoubt(ctx); err == nil {
+			for tool, n := range byTool {
+				ch <- prometheus.MustNewConstMetric(q.m.inDoubtNow, prometheus.GaugeValue, float64(n), tool)
+			}
+		}
+	}
 	if q.m.waiting == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	waiting, err := q.m.waiting(ctx)
 	if err != nil {
 		return

@@ -84,3 +84,57 @@ airlock_approval_queue_depth{tool="approve_withdrawal"} 2
 		t.Fatalf("no warning for a plan waiting 13h of its 24h: %+v", rep.Warnings)
 	}
 }
+
+// A record the reaper marks in doubt after a crash (no answer counted it)
+// shows in airlock_records_in_doubt, read from the store at each scrape,
+// and in the report with an error-level warning.
+func TestRecordsInDoubtFromTheStore(t *testing.T) {
+	t.Parallel()
+	m, err := withdrawals.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, _, err := s.Claim(ctx, &airlock.Claim{Key: "k-crashed", Tool: "add_note", RunID: "r", WindowID: "w",
+		Args: json.RawMessage(`{"record_id":"WD-1"}`), ArgsHash: "h", Owner: "dead-process", Now: now.Add(-time.Minute),
+		LeaseUntil: now.Add(-30 * time.Second), ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.ExpireLease(ctx, "k-crashed", now, "lease expired: the process stopped"); err != nil || !ok {
+		t.Fatalf("reaping: %v %v", ok, err)
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg, &metrics.Config{InDoubt: s.InDoubtByTool}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP airlock_records_in_doubt Records whose outcome is unknown now (read from the store: every replica reports the same).
+# TYPE airlock_records_in_doubt gauge
+airlock_records_in_doubt{tool="add_note"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "airlock_records_in_doubt"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := metrics.Compute(ctx, s, m, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warned := false
+	for _, w := range r.Warnings {
+		warned = warned || (w.Figure == "in_doubt" && w.Tool == "add_note" && w.Level == "error")
+	}
+	for _, tr := range r.Tools {
+		if tr.Tool == "add_note" && (tr.InDoubt != 1 || !warned) {
+			t.Fatalf("report: in doubt %d, warnings %+v", tr.InDoubt, r.Warnings)
+		}
+	}
+}

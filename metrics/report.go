@@ -54,6 +54,9 @@ type ToolReport struct {
 	ApprovalWaitP50 float64 `json:"approval_wait_p50_s"`
 	ApprovalWaitP99 float64 `json:"approval_wait_p99_s"`
 	QueueDepth      int     `json:"queue_depth"`
+	// InDoubt is how many of the tool's records are in doubt now (at the
+	// report's time, whatever the period): settle them.
+	InDoubt int `json:"in_doubt_now"`
 	// OldestWaitS is how long the oldest plan still awaiting a person has
 	// waited at the report's end (0: none waits).
 	OldestWaitS float64 `json:"approval_oldest_wait_s"`
@@ -74,6 +77,7 @@ type Warning struct {
 type Source interface {
 	Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error)
 	WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error)
+	InDoubtByTool(ctx context.Context) (map[string]int, error)
 	// SealAudit seals pending events (and adds them to the rollup).
 	SealAudit(ctx context.Context, limit int) (int, error)
 }
@@ -119,6 +123,10 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 	if err != nil {
 		return nil, err
 	}
+	inDoubt, err := src.InDoubtByTool(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r := &Report{Since: since, Until: now}
 	queue := map[string]airlock.WaitingPlans{}
 	for _, w := range waiting {
@@ -147,7 +155,7 @@ func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.D
 			Calls: int(f[airlock.FigureCalls]), Repeats: int(f[airlock.FigureRepeats]), RepeatsPrev: int(p[airlock.FigureRepeats]),
 			Timeouts: int(f[airlock.FigureTimeouts]), MaxCallsPerRun: t.MaxCallsPerRun, Timeout: t.TimeoutOr().Seconds(),
 			Plans: int(f[airlock.FigurePlans]), AutoApprovals: int(f[airlock.FigureAuto]), QueueDepth: queue[t.Name].Depth,
-			OldestWaitS: math.Round(OldestWait(queue[t.Name], now).Seconds())}
+			OldestWaitS: math.Round(OldestWait(queue[t.Name], now).Seconds()), InDoubt: inDoubt[t.Name]}
 		if t.Approval != nil {
 			tr.ExpiresAfterS = t.Approval.ExpiresAfterOr().Seconds()
 		}
@@ -238,6 +246,10 @@ func runQuantiles(runsByCalls map[int64]int64) (p50 float64, most int) {
 
 func warnings(t ToolReport) []Warning {
 	var w []Warning
+	if t.InDoubt > 0 {
+		w = append(w, Warning{Tool: t.Tool, Level: "error", Figure: "in_doubt", Message: fmt.Sprintf(
+			"%d records are in doubt now (their outcome is unknown); settle them on the page, with airlock records settle KEY, or GET /v1/records?state=in_doubt", t.InDoubt)})
+	}
 	if t.Kind == string(airlock.KindWrite) && t.Calls > 0 && t.Repeats == 0 {
 		w = append(w, Warning{Tool: t.Tool, Level: "warning", Figure: "repeats", Message: "no repeats served: the protection has never been tested in this period"})
 	}
@@ -269,15 +281,15 @@ func warnings(t ToolReport) []Warning {
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "airlock report %s → %s\n\n", r.Since.Format(time.RFC3339), r.Until.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tCALLS\tREPEATS\tCALLS/RUN p50/max\tTIMEOUTS\tDURATION p50/p99 (limit)\tPLANS\tAUTO\tWAIT p50/p99\tQUEUE (oldest)")
+	fmt.Fprintln(tw, "TOOL\tCALLS\tREPEATS\tCALLS/RUN p50/max\tTIMEOUTS\tDURATION p50/p99 (limit)\tPLANS\tAUTO\tWAIT p50/p99\tQUEUE (oldest)\tIN DOUBT")
 	for _, t := range r.Tools {
 		limit := ""
 		if t.MaxCallsPerRun > 0 {
 			limit = fmt.Sprintf(" (≤%d)", t.MaxCallsPerRun)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f/%d%s\t%d (%.1f%%)\t%.2fs/%.2fs (%.0fs)\t%d\t%.0f%%\t%.0fs/%.0fs\t%d (%s)\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f/%d%s\t%d (%.1f%%)\t%.2fs/%.2fs (%.0fs)\t%d\t%.0f%%\t%.0fs/%.0fs\t%d (%s)\t%d\n",
 			t.Tool, t.Calls, t.Repeats, t.CallsPerRunP50, t.CallsPerRunMax, limit, t.Timeouts, 100*t.TimeoutRate,
-			t.DurationP50s, t.DurationP99s, t.Timeout, t.Plans, 100*t.AutoRate, t.ApprovalWaitP50, t.ApprovalWaitP99, t.QueueDepth, time.Duration(t.OldestWaitS)*time.Second)
+			t.DurationP50s, t.DurationP99s, t.Timeout, t.Plans, 100*t.AutoRate, t.ApprovalWaitP50, t.ApprovalWaitP99, t.QueueDepth, time.Duration(t.OldestWaitS)*time.Second, t.InDoubt)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\naudit completeness: %.1f%% of %d side-effecting calls\n", 100*r.AuditCompleteness, r.Calls)

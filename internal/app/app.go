@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	m := cfg.Manifest
 	if a.Metrics, err = metrics.New(a.Registry, &metrics.Config{Waiting: func(ctx context.Context) ([]airlock.WaitingPlans, error) {
 		return plan.WaitingByTool(ctx, a.Store, m)
-	}}); err != nil {
+	}, InDoubt: a.Store.InDoubtByTool}); err != nil {
 		return nil, err
 	}
 	a.Metrics.SetTimeouts(m)

@@ -301,6 +301,25 @@ func completeArgs(c *airlock.Completion) []any {
 }
 
 // ListRecords implements airlock.Store.
+// InDoubtByTool implements airlock.RecordStore.
+func (s *Store) InDoubtByTool(ctx context.Context) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tool, count(*) FROM airlock_records WHERE state = 'in_doubt' GROUP BY tool`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var tool string
+		var n int
+		if err := rows.Scan(&tool, &n); err != nil {
+			return nil, err
+		}
+		out[tool] = n
+	}
+	return out, rows.Err()
+}
+
 func (s *Store) ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err

@@ -356,6 +356,25 @@ func (s *Store) ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*air
 	return collect(rows, scanRecord)
 }
 
+// InDoubtByTool implements airlock.RecordStore.
+func (s *Store) InDoubtByTool(ctx context.Context) (map[string]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT tool, count(*) FROM airlock_records WHERE state = 'in_doubt' GROUP BY tool`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var tool string
+		var n int
+		if err := rows.Scan(&tool, &n); err != nil {
+			return nil, err
+		}
+		out[tool] = n
+	}
+	return out, rows.Err()
+}
+
 // audit writes the events of a claim or completion, unless the store was
 // opened without them (to measure their cost).
 func (s *Store) audit(ctx context.Context, tx *sql.Tx, events ...*airlock.AuditEvent) error {

@@ -283,6 +283,13 @@ func runStore(t *testing.T, newStore NewStore) {
 		if got.State != airlock.StateInDoubt || got.Note != "lease expired" {
 			t.Fatalf("after reaping: %+v", got)
 		}
+		// The record the reaper marked is in the count of records in
+		// doubt (the gauge and the report read it; no answer counted it).
+		byTool, err := s.InDoubtByTool(ctx)
+		must(t, err)
+		if byTool["approve_withdrawal"] != 1 {
+			t.Fatalf("records in doubt by tool: %v, want the reaped one counted", byTool)
+		}
 	})
 
 	t.Run("InDoubtPagesWithACursor", func(t *testing.T) {
