@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -256,9 +257,17 @@ func (s *Service) decide(ctx context.Context, d airlock.PlanDecision) (*airlock.
 		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "plan_id", "required: the id of the plan to decide")
 	}
 	d.Reason = strings.TrimSpace(d.Reason)
+	if err := airlock.CheckText("reason", d.Reason); err != nil {
+		return nil, err
+	}
 	// Stored times keep microseconds; a decision made now is recognised by
 	// its time below.
 	d.Now = s.clock.Now().UTC().Truncate(time.Microsecond)
+	if d.Approve {
+		if err := s.factsStillHold(ctx, &d); err != nil {
+			return nil, err
+		}
+	}
 	p, err := s.cfg.Store.DecidePlan(ctx, &d)
 	if err != nil {
 		return nil, err
@@ -267,6 +276,85 @@ func (s *Service) decide(ctx context.Context, d airlock.PlanDecision) (*airlock.
 		s.cfg.Observer.Decided(p.Tool, d.Approve, p.DecidedAt.Sub(p.CreatedAt))
 	}
 	return p, nil
+}
+
+// factsStillHold looks the facts up again before an approval: the
+// decision hash binds the facts taken at proposal, and the system of record
+// may have changed since (the withdrawal was executed elsewhere, the amount
+// was raised). An approval that would be refused anyway (role, reason,
+// hash, status) is left to the store to refuse; a plan made without facts
+// (the lookup failed then) is approved as the person saw it.
+func (s *Service) factsStillHold(ctx context.Context, d *airlock.PlanDecision) error {
+	p, err := s.cfg.Store.GetPlan(ctx, d.ID)
+	if err != nil {
+		return nil // the store says what is wrong
+	}
+	if next, problem := airlock.CheckDecision(p, d); problem != nil || next != airlock.PlanApproved {
+		return nil
+	}
+	tool := s.cfg.Manifest.Tool(p.Tool)
+	if tool == nil || tool.Approval == nil || tool.Approval.Lookup == nil || p.FactsError != "" {
+		return nil
+	}
+	args, err := airlock.ParseArgs(p.Args)
+	if err != nil {
+		return err
+	}
+	facts, err := s.lookup(ctx, tool, args)
+	if err != nil {
+		return &airlock.Error{Code: airlock.CodeUpstream, Err: err, Message: fmt.Sprintf(
+			"the facts could not be looked up again to approve plan %s (%v); nothing was decided: try again", p.ID, err)}
+	}
+	if airlock.DecisionHash(tool.Name, p.Args, facts) == p.DecisionHash {
+		return nil
+	}
+	return airlock.FieldErrorf(airlock.CodeConflict, "facts",
+		"the facts changed since plan %s was made (%s); it was not approved: reject it, and the agent may propose the work again", p.ID, factsChanged(p.Facts, facts))
+}
+
+// factsChanged names the top-level facts that differ, with their old and
+// new values ("executions: 0 → 1"), at most five.
+func factsChanged(before, after json.RawMessage) string {
+	old, _ := airlock.ParseArgs(before)
+	cur, _ := airlock.ParseArgs(after)
+	keys := map[string]bool{}
+	for k := range old {
+		keys[k] = true
+	}
+	for k := range cur {
+		keys[k] = true
+	}
+	names := make([]string, 0, len(keys))
+	for k := range keys {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	short := func(v any, ok bool) string {
+		if !ok {
+			return "(none)"
+		}
+		b, _ := json.Marshal(v)
+		if len(b) > 40 {
+			return string(b[:37]) + "..."
+		}
+		return string(b)
+	}
+	var out []string
+	for _, k := range names {
+		o, hadOld := old[k]
+		n, hasNew := cur[k]
+		a, b := short(o, hadOld), short(n, hasNew)
+		if a != b {
+			out = append(out, fmt.Sprintf("%s: %s → %s", k, a, b))
+		}
+	}
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
+	}
+	if len(out) == 0 {
+		return "their form changed"
+	}
+	return strings.Join(out, ", ")
 }
 
 // Get returns a plan.

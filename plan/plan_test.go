@@ -262,6 +262,39 @@ func TestPlans(t *testing.T) {
 				}
 			})
 
+			t.Run("facts that changed since the proposal refuse the approval", func(t *testing.T) {
+				b.ledger.mu.Lock()
+				b.ledger.amounts["WD-CHG"] = 700000
+				b.ledger.mu.Unlock()
+				p, _, err := b.svc.Propose(ctx, b.tool, args("WD-CHG"), "run-chg")
+				if err != nil || p.Status != airlock.PlanAwaitingApproval {
+					t.Fatalf("%+v %v", p, err)
+				}
+				b.ledger.mu.Lock()
+				b.ledger.amounts["WD-CHG"] = 900000 // raised in the ledger after the plan was made
+				b.ledger.mu.Unlock()
+				_, err = b.svc.Decide(ctx, decision(p.ID, true, "checked", p.DecisionHash))
+				if airlock.ErrorCode(err) != airlock.CodeConflict || !strings.Contains(err.Error(), "amount_minor: 700000 → 900000") {
+					t.Fatalf("approving on stale facts: %v; want state_conflict naming the change", err)
+				}
+				b.ledger.mu.Lock()
+				b.ledger.lookupErr = true
+				b.ledger.mu.Unlock()
+				_, err = b.svc.Decide(ctx, decision(p.ID, true, "checked", p.DecisionHash))
+				b.ledger.mu.Lock()
+				b.ledger.lookupErr = false
+				b.ledger.mu.Unlock()
+				if airlock.ErrorCode(err) != airlock.CodeUpstream {
+					t.Fatalf("approving while the facts cannot be looked up: %v; want upstream_error", err)
+				}
+				if got, _ := b.svc.Get(ctx, p.ID); got.Status != airlock.PlanAwaitingApproval || b.ledger.count("WD-CHG") != 0 {
+					t.Fatalf("a refused approval changed the plan (%s) or executed", got.Status)
+				}
+				if _, err := b.svc.Decide(ctx, decision(p.ID, false, "the amount changed", p.DecisionHash)); err != nil {
+					t.Fatalf("rejecting needs no fresh facts: %v", err)
+				}
+			})
+
 			t.Run("an undecided plan expires, is refused and observed", func(t *testing.T) {
 				b.ledger.mu.Lock()
 				b.ledger.amounts["WD-EXP"] = 800000
