@@ -115,6 +115,11 @@ type AuditStore interface {
 	// AuditAnchor returns where the kept chain begins: the zero anchor
 	// until events are purged.
 	AuditAnchor(ctx context.Context) (AuditAnchor, error)
+	// AuditHead returns the last sealed event's sequence number and hash
+	// (the anchor when every sealed event was purged; zero when none was
+	// ever sealed): what an operator records outside the database, so that
+	// a truncated or rewritten tail is found (audit verify --expect-head).
+	AuditHead(ctx context.Context) (AuditAnchor, error)
 	// PurgeAudit deletes sealed events with Seq <= through, oldest first, at
 	// most limit of them, and moves the anchor to the last one deleted, in
 	// one transaction; it returns how many it deleted. Unsealed events are

@@ -40,6 +40,21 @@ type Report struct {
 	// Anchor is where the kept chain begins when retention has purged a
 	// prefix of it (omitted when nothing was purged).
 	Anchor *airlock.AuditAnchor `json:"anchor,omitempty"`
+	// Head is the last sealed event (sequence number and hash): record it
+	// outside the database and pass it back (--expect-head) to find a
+	// truncated or rewritten tail, which the chain alone cannot show.
+	Head airlock.AuditAnchor `json:"head"`
+}
+
+// Expect is what an operator recorded of the chain earlier, outside the
+// database (Report.Head, the log line of a seal, airlock_audit_head_seq).
+type Expect struct {
+	// Head is a hash the chain must still hold (a head recorded earlier,
+	// or a prefix of it of at least 12 hex digits). "": not checked.
+	Head string
+	// Count is a sequence number the chain must reach: at least this many
+	// events were sealed. 0: not checked.
+	Count int64
 }
 
 const page = 1000
@@ -76,7 +91,20 @@ func (c *chain) next(e *airlock.AuditEvent) bool {
 // Verify checks the whole chain, from the anchor of the purged prefix when
 // retention has purged one (the first kept event must follow it).
 func Verify(ctx context.Context, s airlock.AuditStore) (*Report, error) {
+	return VerifyExpecting(ctx, s, Expect{})
+}
+
+// VerifyExpecting is Verify that also holds the chain to what was recorded
+// of it before: deleting the last events, or all of them, or rewriting the
+// tail and sealing it again, leaves a chain that verifies on its own, but
+// not one that still holds the recorded head or reaches the recorded count.
+func VerifyExpecting(ctx context.Context, s airlock.AuditStore, want Expect) (*Report, error) {
+	if want.Head != "" && len(want.Head) < 12 {
+		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "expect-head", "%q is too short: give at least 12 hex digits of the head's hash", want.Head)
+	}
 	r := &Report{OK: true}
+	headFound := want.Head == ""
+	holds := func(hash string) bool { return len(hash) >= len(want.Head) && hash[:len(want.Head)] == want.Head }
 	anchor, err := s.AuditAnchor(ctx)
 	if err != nil {
 		return nil, err
@@ -85,6 +113,9 @@ func Verify(ctx context.Context, s airlock.AuditStore) (*Report, error) {
 		r.Anchor = &anchor
 	}
 	c := &chain{r: r, prevSeq: anchor.Seq, prevHash: anchor.Hash}
+	if !headFound && anchor.Seq > 0 && holds(anchor.Hash) {
+		headFound = true // the recorded head was purged since; the chain goes on from it
+	}
 	for {
 		events, err := s.AuditLog(ctx, c.prevSeq, page)
 		if err != nil {
@@ -94,16 +125,30 @@ func Verify(ctx context.Context, s airlock.AuditStore) (*Report, error) {
 			if !c.next(e) {
 				return r, nil
 			}
+			if !headFound && holds(e.Hash) {
+				headFound = true
+			}
 		}
 		if len(events) < page {
 			break
 		}
 	}
+	r.Head = airlock.AuditAnchor{Seq: c.prevSeq, Hash: c.prevHash}
 	n, err := s.UnsealedAudit(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r.Unsealed = n
+	switch {
+	case want.Count > 0 && r.Head.Seq < want.Count:
+		r.OK = false
+		r.Problem = &Problem{Seq: r.Head.Seq + 1, Kind: "truncated", Message: fmt.Sprintf(
+			"the chain ends at event %d, but %d were sealed: events at the end were deleted", r.Head.Seq, want.Count)}
+	case !headFound:
+		r.OK = false
+		r.Problem = &Problem{Seq: r.Head.Seq + 1, Kind: "truncated", Message: fmt.Sprintf(
+			"the chain no longer holds the head recorded earlier (%s): events up to it were deleted, or rewritten and sealed again", want.Head)}
+	}
 	return r, nil
 }
 
@@ -316,16 +361,25 @@ func SealPending(ctx context.Context, s airlock.AuditStore) (int, error) {
 	}
 }
 
-// RunSealer seals new events every interval until ctx ends; sealed, when
-// set, is told how many events each round sealed.
-func RunSealer(ctx context.Context, s airlock.AuditStore, every time.Duration, log *slog.Logger, sealed func(int)) {
+// RunSealer seals new events every interval until ctx ends; each round
+// that sealed any logs the chain's head, and sealed, when set, is told how
+// many events the round sealed and the head.
+func RunSealer(ctx context.Context, s airlock.AuditStore, every time.Duration, log *slog.Logger, sealed func(n int, head airlock.AuditAnchor)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		for {
 			n, err := s.SealAudit(ctx, page)
-			if err == nil && sealed != nil && n > 0 {
-				sealed(n)
+			if err == nil && n > 0 {
+				// The head, outside the database: in the log (and, through
+				// sealed, the metrics), so that a truncated tail is found.
+				head, herr := s.AuditHead(ctx)
+				if herr == nil && log != nil {
+					log.Info("airlock: audit log sealed", "events", n, "head_seq", head.Seq, "head_hash", head.Hash)
+				}
+				if herr == nil && sealed != nil {
+					sealed(n, head)
+				}
 			}
 			if err != nil {
 				if ctx.Err() == nil && log != nil {

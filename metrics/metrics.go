@@ -27,6 +27,7 @@ type Metrics struct {
 	ApprovalWait    *prometheus.HistogramVec // airlock_approval_wait_seconds{tool}
 	ToolTimeout     *prometheus.GaugeVec     // airlock_tool_timeout_seconds{tool}: the configured limit
 	AuditEvents     prometheus.Counter       // airlock_audit_events_total: events sealed into the chain
+	AuditHeadSeq    prometheus.Gauge         // airlock_audit_head_seq: the sequence number of the last sealed event
 	AuditLostTotal  prometheus.Counter       // airlock_audit_incomplete_total: buffered events given up
 	PlansExpired    *prometheus.CounterVec   // airlock_plans_expired_total{tool}
 	PlansDecided    *prometheus.CounterVec   // airlock_plans_decided_total{tool,decision}
@@ -103,6 +104,9 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		AuditEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_audit_events_total", Help: "Audit events sealed into the hash chain by this process.",
 		}),
+		AuditHeadSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "airlock_audit_head_seq", Help: "The sequence number of the last sealed audit event, as this process last sealed it: a record outside the database against which a truncated log is found (audit verify --expect-count).",
+		}),
 		AuditLostTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_audit_incomplete_total", Help: "Audit events that could not be written (the log misses them).",
 		}),
@@ -130,7 +134,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		m.now = time.Now
 	}
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait,
-		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, m.Purged, queueCollector{m}} {
+		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditHeadSeq, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, m.Purged, queueCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -25,7 +25,8 @@ func cmdAudit(e *env, args []string) int {
 	fs := newFlags(e, "audit "+sub)
 	db := dbFlag(fs)
 	var since, until, before whenFlag
-	var file, out *string
+	var file, out, expectHead *string
+	var expectCount *int64
 	format := fs.String("format", "jsonl", "export: jsonl; verify and purge: text or json")
 	switch sub {
 	case "export":
@@ -36,6 +37,8 @@ func cmdAudit(e *env, args []string) int {
 		fs.Var(&before, "before", "purge sealed events before this time: RFC 3339, a date (YYYY-MM-DD, UTC) or an age such as 90d; required")
 	case "verify":
 		file = fs.String("file", "", "verify an export (JSON lines) instead of the database")
+		expectHead = fs.String("expect-head", "", "a head recorded earlier (its hash, or at least 12 hex digits of it) that the chain must still hold; finds a deleted or rewritten tail")
+		expectCount = fs.Int64("expect-count", 0, "how many events were sealed when the head was recorded; the chain must reach it")
 	}
 	batch := 0
 	if sub == "purge" {
@@ -44,6 +47,15 @@ func cmdAudit(e *env, args []string) int {
 	seal := fs.Bool("seal", true, "seal events written since the server last did, before reading")
 	if code, ok := parse(fs, args[1:]); !ok {
 		return code
+	}
+	if expectHead == nil {
+		expectHead, expectCount = new(string), new(int64)
+	}
+	if sub == "verify" && *file != "" && (*expectHead != "" || *expectCount != 0) {
+		return fail(e, "audit verify: --expect-head and --expect-count check the database's chain, not --file")
+	}
+	if sub == "verify" && *expectCount < 0 {
+		return fail(e, "audit verify: --expect-count must be 0 (not checked) or more, not %d", *expectCount)
 	}
 	if sub == "verify" && *file != "" {
 		f, err := os.Open(*file)
@@ -95,7 +107,7 @@ func cmdAudit(e *env, args []string) int {
 		}
 		return 0
 	}
-	r, err := audit.Verify(e.ctx, s)
+	r, err := audit.VerifyExpecting(e.ctx, s, audit.Expect{Head: *expectHead, Count: *expectCount})
 	if err != nil {
 		return fail(e, "%v", err)
 	}
@@ -135,10 +147,11 @@ func printVerify(e *env, r *audit.Report, format string) int {
 	case format == "json":
 		_ = json.NewEncoder(e.stdout).Encode(r)
 	case r.OK && r.Anchor != nil:
-		fmt.Fprintf(e.stdout, "ok: %d events chained from event %d (after %d purged), %d not sealed yet\n",
-			r.Events, r.Anchor.Seq+1, r.Anchor.Seq, r.Unsealed)
+		fmt.Fprintf(e.stdout, "ok: %d events chained from event %d (after %d purged), %d not sealed yet\nhead: event %d, hash %s (keep it outside the database; --expect-head)\n",
+			r.Events, r.Anchor.Seq+1, r.Anchor.Seq, r.Unsealed, r.Head.Seq, r.Head.Hash)
 	case r.OK:
-		fmt.Fprintf(e.stdout, "ok: %d events chained, %d not sealed yet\n", r.Events, r.Unsealed)
+		fmt.Fprintf(e.stdout, "ok: %d events chained, %d not sealed yet\nhead: event %d, hash %s (keep it outside the database; --expect-head)\n",
+			r.Events, r.Unsealed, r.Head.Seq, r.Head.Hash)
 	default:
 		fmt.Fprintf(e.stdout, "BROKEN at event %d: %s\n", r.Problem.Seq, r.Problem.Message)
 	}

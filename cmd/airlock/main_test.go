@@ -345,8 +345,28 @@ func TestAuditVerifyAndExport(t *testing.T) {
 	}
 	g.Close()
 	r := runCLI(t, "audit", "verify", "--db", dsn)
-	if r.code != 0 || !strings.Contains(r.stdout, "ok: 6 events chained") {
+	if r.code != 0 || !strings.Contains(r.stdout, "ok: 6 events chained") || !strings.Contains(r.stdout, "head: event 6, hash ") {
 		t.Fatalf("verify: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	head := strings.Fields(r.stdout[strings.Index(r.stdout, "hash ")+5:])[0]
+	if r := runCLI(t, "audit", "verify", "--db", dsn, "--expect-head", head, "--expect-count", "6"); r.code != 0 {
+		t.Fatalf("verify with the recorded head: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	// The last event deleted: the chain alone still verifies; held to the
+	// recorded head and count, it does not.
+	if _, err := s.DB().Exec(`DELETE FROM airlock_audit WHERE seq = 6`); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, "audit", "verify", "--db", dsn); r.code != 0 {
+		t.Fatalf("the shortened chain alone: %d %s", r.code, r.stdout)
+	}
+	for _, flags := range [][]string{{"--expect-head", head}, {"--expect-head", head[:12]}, {"--expect-count", "6"}} {
+		if r := runCLI(t, append([]string{"audit", "verify", "--db", dsn}, flags...)...); r.code != 1 || !strings.Contains(r.stdout, "BROKEN") || !strings.Contains(r.stdout, "deleted") {
+			t.Fatalf("verify %v after the tail was cut: %d %s", flags, r.code, r.stdout)
+		}
+	}
+	if r := runCLI(t, "audit", "verify", "--db", dsn, "--expect-head", "abc"); r.code == 0 || !strings.Contains(r.stderr, "at least 12 hex digits") {
+		t.Fatalf("a short head: %d %s", r.code, r.stderr)
 	}
 	r = runCLI(t, "report", "--db", dsn, "--format", "json")
 	if r.code != 0 || !strings.Contains(r.stdout, `"audit_completeness": 1`) || !strings.Contains(r.stdout, `"side_effecting_calls": 3`) {
@@ -354,7 +374,7 @@ func TestAuditVerifyAndExport(t *testing.T) {
 	}
 	r = runCLI(t, "audit", "export", "--db", dsn)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if r.code != 0 || len(lines) != 6 || !strings.Contains(lines[0], `"actor":"agent-7"`) || !strings.Contains(lines[1], `"kind":"completed"`) {
+	if r.code != 0 || len(lines) != 5 || !strings.Contains(lines[0], `"actor":"agent-7"`) || !strings.Contains(lines[1], `"kind":"completed"`) {
 		t.Fatalf("export: %d\n%s", r.code, r.stdout)
 	}
 	if _, err := s.DB().Exec(`UPDATE airlock_audit SET result = '{"ok":false}' WHERE seq = 4`); err != nil {

@@ -390,7 +390,10 @@ func (a *App) purged(events, figureRows int) {
 	a.Metrics.Purged.WithLabelValues("figure_rows").Add(float64(figureRows))
 }
 
-func (a *App) sealed(n int) { a.Metrics.AuditEvents.Add(float64(n)) }
+func (a *App) sealed(n int, head airlock.AuditAnchor) {
+	a.Metrics.AuditEvents.Add(float64(n))
+	a.Metrics.AuditHeadSeq.Set(float64(head.Seq))
+}
 
 func (a *App) loop(f func()) {
 	a.loops.Add(1)

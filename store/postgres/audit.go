@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -134,6 +135,19 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		return addRollup(ctx, tx, pending)
 	})
 	return n, err
+}
+
+// AuditHead implements airlock.AuditStore.
+func (s *Store) AuditHead(ctx context.Context) (airlock.AuditAnchor, error) {
+	var h airlock.AuditAnchor
+	err := s.pool.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&h.Seq, &h.Hash)
+	if err == nil {
+		return h, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return h, err
+	}
+	return s.AuditAnchor(ctx)
 }
 
 // AuditAnchor implements airlock.AuditStore.

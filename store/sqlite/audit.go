@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -118,18 +119,24 @@ func scanAudit(row scanner) (*airlock.AuditEvent, error) {
 func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 	var n int
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		var lastSeq int64
+		var lastSeq, lastID int64
 		var lastHash string
 		// The chain continues from the last sealed event or, when retention
 		// has purged every one, from the anchor.
-		err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash)
+		err := tx.QueryRowContext(ctx, `SELECT seq, hash, id FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash, &lastID)
 		if err == sql.ErrNoRows {
 			err = tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&lastSeq, &lastHash)
 		}
 		if err != nil && err != sql.ErrNoRows {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL ORDER BY id LIMIT ?`, limit)
+		// Only events written after the sealed head: one writer commits
+		// them, so their ids rise in the order they were written, and an
+		// unsealed row older than the head was not written by airlock's
+		// insert — an edited row whose seal was removed, or one inserted
+		// with an id of its choosing. It is never sealed (verify counts it
+		// as not sealed, for good).
+		rows, err := tx.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND id > ? ORDER BY id LIMIT ?`, lastID, limit)
 		if err != nil {
 			return err
 		}
@@ -166,6 +173,19 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		return addRollup(ctx, tx, pending)
 	})
 	return n, err
+}
+
+// AuditHead implements airlock.AuditStore.
+func (s *Store) AuditHead(ctx context.Context) (airlock.AuditAnchor, error) {
+	var h airlock.AuditAnchor
+	err := s.read.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&h.Seq, &h.Hash)
+	if err == nil {
+		return h, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return h, err
+	}
+	return s.AuditAnchor(ctx)
 }
 
 // AuditAnchor implements airlock.AuditStore.

@@ -84,6 +84,80 @@ func RunAudit(t *testing.T, newStore NewStore, exec Exec) {
 			}
 		})
 	}
+	// Deleting the tail, or all of it, or rewriting the tail and sealing it
+	// again leaves a chain that verifies alone; the head recorded before
+	// (Report.Head, the seal's log line, the head metric) finds it.
+	for _, tc := range []struct {
+		name   string
+		sql    []string
+		reseal bool
+	}{
+		{"TruncatedLastEvent", []string{`DELETE FROM airlock_audit WHERE seq = 12`}, false},
+		{"TruncatedLastTen", []string{`DELETE FROM airlock_audit WHERE seq > 2`}, false},
+		{"DeletedEverything", []string{`DELETE FROM airlock_audit`}, false},
+		{"RewrittenTailSealedAgain", []string{
+			`UPDATE airlock_audit SET seq = NULL, prev_hash = NULL, hash = NULL WHERE seq >= 10`,
+			`UPDATE airlock_audit SET actor = 'someone-else' WHERE seq IS NULL`,
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			fill(t, s, 12)
+			before, err := audit.Verify(ctx, s)
+			must(t, err)
+			if !before.OK || before.Head.Seq != 12 || len(before.Head.Hash) != 64 {
+				t.Fatalf("before: %+v", before)
+			}
+			if head, err := s.AuditHead(ctx); err != nil || head != before.Head {
+				t.Fatalf("AuditHead %+v %v, verify's head %+v", head, err, before.Head)
+			}
+			for _, q := range tc.sql {
+				exec(t, s, q)
+			}
+			if tc.reseal {
+				for {
+					n, err := s.SealAudit(ctx, 100)
+					must(t, err)
+					if n == 0 {
+						break
+					}
+				}
+			}
+			wants := []audit.Expect{{Head: before.Head.Hash}, {Head: before.Head.Hash[:12]}, {Count: before.Head.Seq}}
+			if tc.reseal {
+				wants = wants[:2] // as many events as before: only the head tells
+			}
+			for _, want := range wants {
+				r, err := audit.VerifyExpecting(ctx, s, want)
+				must(t, err)
+				if r.OK || r.Problem == nil || r.Problem.Kind != "truncated" {
+					t.Fatalf("expecting %+v: %+v %+v; want truncated", want, r, r.Problem)
+				}
+			}
+			// Without the record, the shortened chain verifies: why the
+			// head must be kept outside the database.
+			if r, err := audit.Verify(ctx, s); err != nil || !r.OK {
+				t.Fatalf("the tampered chain alone: %+v %v", r, err)
+			}
+		})
+	}
+	t.Run("ExpectationsOfAnIntactChainHold", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		fill(t, s, 5)
+		first, err := audit.Verify(ctx, s)
+		must(t, err)
+		fill(t, s, 5) // the chain grows past the recorded head
+		r, err := audit.VerifyExpecting(ctx, s, audit.Expect{Head: first.Head.Hash, Count: first.Head.Seq})
+		must(t, err)
+		if !r.OK || r.Head.Seq != 10 {
+			t.Fatalf("a chain that grew from the recorded head: %+v %+v", r, r.Problem)
+		}
+		if _, err := audit.VerifyExpecting(ctx, s, audit.Expect{Head: "abc"}); airlock.ErrorCode(err) != airlock.CodeInvalidArgument {
+			t.Fatalf("a too short head: %v", err)
+		}
+	})
 	t.Run("Retention", func(t *testing.T) { t.Parallel(); RunRetention(t, newStore, exec) })
 }
 
