@@ -192,7 +192,10 @@ func ActorFrom(ctx context.Context) string {
 // rule approved it automatically.
 func PlanEvents(p *Plan) []*AuditEvent {
 	planned := &AuditEvent{At: p.CreatedAt, Kind: EventPlanned, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Args: p.Args,
-		Result: p.Facts, Error: p.FactsError, Actor: ActorSystem, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
+		Result: p.Facts, Error: p.FactsError, Actor: p.ProposedBy, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
+	if planned.Actor == "" {
+		planned.Actor = ActorSystem
+	}
 	if p.Status != PlanApproved {
 		return []*AuditEvent{planned}
 	}

@@ -24,6 +24,7 @@ const (
 	CodeLeaseLost         Code = "lease_lost"         // another owner holds the record
 	CodeInvalidManifest   Code = "invalid_manifest"   // the manifest does not validate
 	CodeBudgetExceeded    Code = "budget_exceeded"    // max_calls_per_run reached
+	CodeTooManyAttempts   Code = "too_many_attempts"  // too many failed sign-ins or tokens from one address; wait
 	CodeNotCallable       Code = "not_callable"       // the tool may not be called this way (irreversible)
 	CodeUpstream          Code = "upstream_error"     // a read tool's upstream failed; nothing was changed; safe to retry
 	CodeUnauthenticated   Code = "unauthenticated"    // no valid bearer token

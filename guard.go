@@ -952,7 +952,7 @@ func (g *Guard) Reap(ctx context.Context) (ReapStats, error) {
 				continue
 			}
 		}
-		ok, err := g.store.ExpireLease(ctx, rec.Key, now, "lease expired: the process running the call stopped before recording its outcome")
+		ok, err := g.store.ExpireLease(ctx, rec.Key, now, "lease expired: the call's outcome was not recorded (its process stopped, or could not reach the store) and it is not known whether it happened")
 		if err != nil {
 			return st, err
 		}

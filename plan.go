@@ -40,9 +40,12 @@ func (s PlanStatus) Final() bool {
 // Plan is an agent's proposal to run an irreversible tool, unique on the
 // tool's derived key.
 type Plan struct {
-	ID   string `json:"id"`
-	Key  string `json:"-"` // the tool's key; never shown to an agent
-	Tool string `json:"tool"`
+	ID string `json:"id"`
+	// ProposedBy is who proposed the plan (the agent's token name), as its
+	// planned event records it; it is not kept with the plan itself.
+	ProposedBy string `json:"-"`
+	Key        string `json:"-"` // the tool's key; never shown to an agent
+	Tool       string `json:"tool"`
 	// Status and the decision.
 	Status   PlanStatus `json:"status"`
 	Rule     string     `json:"rule"`

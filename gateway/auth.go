@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock"
 )
@@ -91,12 +92,22 @@ func Authenticate(tokens []Token, token string) (Principal, bool) {
 // require wraps a handler so that only the given roles reach it.
 func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := ClientAddr(r)
+		if wait := g.throttle.Wait(addr, "bearer"); wait > 0 {
+			refuse(w, wait)
+			writeError(w, g.log, airlock.Errorf(airlock.CodeTooManyAttempts, "too many failed attempts from this address; try again in %s", wait.Round(time.Second)))
+			return
+		}
 		p, err := g.authenticate(r)
 		if err != nil {
+			if r.Header.Get("Authorization") != "" {
+				g.throttle.Fail(addr, "bearer") // a wrong token, not a missing one
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 			writeError(w, g.log, err)
 			return
 		}
+		g.throttle.Succeed(addr)
 		if !slices.Contains(roles, p.Role) {
 			writeError(w, g.log, airlock.Errorf(airlock.CodeForbidden, "a token with role %s may not do this; it needs %s", p.Role, strings.Join(roles, " or ")))
 			return

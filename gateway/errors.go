@@ -26,7 +26,7 @@ func status(code airlock.Code) int {
 		return http.StatusRequestEntityTooLarge
 	case airlock.CodeArgumentsMismatch:
 		return http.StatusUnprocessableEntity
-	case airlock.CodeBudgetExceeded:
+	case airlock.CodeBudgetExceeded, airlock.CodeTooManyAttempts:
 		return http.StatusTooManyRequests
 	case airlock.CodeNotSent, airlock.CodeUpstream:
 		return http.StatusBadGateway

@@ -79,6 +79,9 @@ type Config struct {
 	// MCPSessionsPerToken caps the MCP sessions one token holds open.
 	// Default DefaultMCPSessionsPerToken (100).
 	MCPSessionsPerToken int
+	// Throttle slows down guessing of bearer tokens per client address.
+	// Default: a Throttle of its own with the default settings.
+	Throttle *Throttle
 	// BodyTimeout is how long a request's body may take to arrive.
 	// Default DefaultBodyTimeout (30s).
 	BodyTimeout time.Duration
@@ -137,6 +140,7 @@ type Gateway struct {
 	cancels     cancels        // /mcp requests in flight, for notifications/cancelled
 	peers       peers          // MCP sessions that upstreams relay to
 	ready       readiness      // the last /readyz probe
+	throttle    *Throttle      // failed bearer tokens, per address
 	sessions    *mcpSessions   // who opened each MCP session; how many each token holds
 	bodyTimeout time.Duration  // a request body arrives within this
 	longestCall time.Duration  // an answer is written within this
@@ -172,6 +176,10 @@ func New(cfg Config) (*Gateway, error) {
 		g.bodyTimeout = DefaultBodyTimeout
 	}
 	g.longestCall = longestCall(g.m)
+	g.throttle = cfg.Throttle
+	if g.throttle == nil {
+		g.throttle = NewThrottle(nil)
+	}
 	if g.log == nil {
 		g.log = slog.Default()
 	}

@@ -41,7 +41,7 @@ func frontFuncs() map[string]upstream.Caller {
 	return map[string]upstream.Caller{"lookup": ok, "note": ok, "pay": ok}
 }
 
-func frontGatewayWith(t *testing.T, yaml string, funcs map[string]upstream.Caller) *gateway.Gateway {
+func frontGatewayWith(t *testing.T, yaml string, funcs map[string]upstream.Caller, mods ...func(*gateway.Config)) *gateway.Gateway {
 	t.Helper()
 	m, err := manifest.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
@@ -57,9 +57,13 @@ func frontGatewayWith(t *testing.T, yaml string, funcs map[string]upstream.Calle
 	}
 	guard := airlock.NewGuard(s, nil)
 	t.Cleanup(guard.Close)
-	g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: s, MaxBody: 4096,
+	cfg := gateway.Config{Manifest: m, Guard: guard, Store: s, MaxBody: 4096,
 		Funcs:  funcs,
-		Tokens: []gateway.Token{{Name: "agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken(frontToken)}}})
+		Tokens: []gateway.Token{{Name: "agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken(frontToken)}}}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	g, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

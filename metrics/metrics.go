@@ -27,6 +27,8 @@ type Metrics struct {
 	ApprovalWait    *prometheus.HistogramVec // airlock_approval_wait_seconds{tool}
 	ToolTimeout     *prometheus.GaugeVec     // airlock_tool_timeout_seconds{tool}: the configured limit
 	AuditEvents     prometheus.Counter       // airlock_audit_events_total: events sealed into the chain
+	AuthFailures    *prometheus.CounterVec   // airlock_auth_failures_total{kind}: wrong bearer tokens, failed sign-ins
+	AuthRefused     *prometheus.CounterVec   // airlock_auth_throttled_total{kind}: attempts refused while an address waits
 	AuditHeadSeq    prometheus.Gauge         // airlock_audit_head_seq: the sequence number of the last sealed event
 	AuditLostTotal  prometheus.Counter       // airlock_audit_incomplete_total: buffered events given up
 	PlansExpired    *prometheus.CounterVec   // airlock_plans_expired_total{tool}
@@ -104,6 +106,12 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		AuditEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_audit_events_total", Help: "Audit events sealed into the hash chain by this process.",
 		}),
+		AuthFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_auth_failures_total", Help: "Failed authentications: wrong bearer tokens (bearer) and failed sign-ins on the page (signin).",
+		}, []string{"kind"}),
+		AuthRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_auth_throttled_total", Help: "Authentication attempts refused (429) because their address failed too often.",
+		}, []string{"kind"}),
 		AuditHeadSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "airlock_audit_head_seq", Help: "The sequence number of the last sealed audit event, as this process last sealed it: a record outside the database against which a truncated log is found (audit verify --expect-count).",
 		}),
@@ -134,7 +142,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		m.now = time.Now
 	}
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait,
-		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditHeadSeq, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, m.Purged, queueCollector{m}} {
+		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditHeadSeq, m.AuthFailures, m.AuthRefused, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, m.Purged, queueCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

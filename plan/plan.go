@@ -176,6 +176,7 @@ func (s *Service) propose(ctx context.Context, tool *airlock.Tool, args *airlock
 		ID: newID(), Key: d.Key, Tool: tool.Name, Rule: decision.Rule, Decision: decision.Decision,
 		Evaluation: eval, Args: canon, Facts: facts, DecisionHash: airlock.DecisionHash(tool.Name, canon, facts),
 		RunID: runID, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(expires), Status: airlock.PlanAwaitingApproval,
+		ProposedBy: airlock.ActorFrom(ctx),
 	}
 	if factsErr != nil {
 		p.FactsError = factsErr.Error()

@@ -72,6 +72,7 @@ type bundle struct {
 	ledger *ledger
 	m      *airlock.Manifest
 	tool   *airlock.Tool
+	store  airlock.Store
 }
 
 type driver struct {
@@ -157,7 +158,7 @@ func setup(t *testing.T, d driver) *bundle {
 		guard.Close()
 		s.Close()
 	})
-	return &bundle{clock: clock, obs: obs, svc: svc, ledger: l, m: m, tool: m.Tool("approve_withdrawal")}
+	return &bundle{clock: clock, obs: obs, svc: svc, ledger: l, m: m, tool: m.Tool("approve_withdrawal"), store: s}
 }
 
 func args(id string, extra ...string) *airlock.Args {
@@ -259,6 +260,25 @@ func TestPlans(t *testing.T) {
 				after := b.obs.snapshot()
 				if after.decided != before.decided+1 || after.lastWait < 90*time.Second || after.lastWait > time.Hour {
 					t.Fatalf("decisions observed %d (want 1), wait %s", after.decided-before.decided, after.lastWait)
+				}
+			})
+
+			t.Run("the planned event names the agent that proposed", func(t *testing.T) {
+				p, _, err := b.svc.Propose(airlock.WithActor(ctx, "agent-7"), b.tool, args("WD-WHO"), "run-who")
+				if err != nil {
+					t.Fatal(err)
+				}
+				events, err := b.store.AuditTrail(ctx, airlock.AuditFilter{PlanID: p.ID, Limit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range events {
+					if e.Kind == airlock.EventPlanned && e.Actor != "agent-7" {
+						t.Fatalf("planned event actor %q, want agent-7", e.Actor)
+					}
+				}
+				if len(events) == 0 || events[0].Kind != airlock.EventPlanned {
+					t.Fatalf("trail %+v", events)
 				}
 			})
 

@@ -7,7 +7,9 @@ package ui
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -16,8 +18,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,8 +54,19 @@ type Config struct {
 	}
 	// SessionTTL is how long a sign-in lasts. Default 8h.
 	SessionTTL time.Duration
+	// Throttle slows down guessing at sign-in per client address (the
+	// gateway's, shared with its bearer tokens). Default: none.
+	Throttle Throttle
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// Throttle is what the sign-in asks before and tells after an attempt
+// (gateway.Throttle).
+type Throttle interface {
+	Wait(addr, kind string) time.Duration
+	Fail(addr, kind string)
+	Succeed(addr string)
 }
 
 // Store is what the page reads of the store.
@@ -66,6 +81,29 @@ type session struct {
 	p       Principal
 	csrf    string
 	expires time.Time
+	flash   string // the message the next page shows once (under UI.mu)
+}
+
+// setFlash keeps a message for the session's next page: messages travel
+// in the session, never in the URL, so that a link cannot put its own
+// words in airlock's alert box.
+func (u *UI) setFlash(s *session, msg string) {
+	u.mu.Lock()
+	s.flash = msg
+	u.mu.Unlock()
+}
+
+// popFlash is the message kept for this page, once.
+func (u *UI) popFlash(r *http.Request) string {
+	s := sessionOf(r)
+	if s == nil {
+		return ""
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	msg := s.flash
+	s.flash = ""
+	return msg
 }
 
 // UI serves /ui/.
@@ -76,6 +114,7 @@ type UI struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	preKey   []byte // MACs the pre-session tokens this process made
 }
 
 const cookieName = "airlock_session"
@@ -85,7 +124,10 @@ func New(cfg Config) (*UI, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
 	}
-	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger, sessions: map[string]*session{}}
+	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger, sessions: map[string]*session{}, preKey: make([]byte, 32)}
+	if _, err := rand.Read(u.preKey); err != nil {
+		return nil, err
+	}
 	if u.log == nil {
 		u.log = slog.Default()
 	}
@@ -240,6 +282,16 @@ func (u *UI) signed(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// clientAddr is the address a request came from (no proxy header is
+// trusted).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
 func sessionOf(r *http.Request) *session { s, _ := r.Context().Value(ctxKey{}).(*session); return s }
 
 // csrf refuses a form without the session's token.
@@ -259,8 +311,8 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 	d := map[string]any{"Title": title, "Flash": flash}
 	if s := sessionOf(r); s != nil {
 		d["Principal"], d["CSRF"], d["Admin"] = &Principal{s.p.Name, s.p.Role}, s.csrf, s.p.Role == airlock.RoleAdmin
-	} else if c, err := r.Cookie("airlock_pre"); err == nil {
-		d["CSRF"] = c.Value
+	} else if pre, ok := u.preToken(r); ok {
+		d["CSRF"] = pre
 	}
 	for k, v := range data {
 		d[k] = v
@@ -274,21 +326,58 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 
 func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
 	// A pre-session token protects the sign-in form itself (login CSRF).
+	// The cookie carries it with the server's MAC, so that a value the
+	// client made up is not taken for one.
 	pre := randomHex(16)
-	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 600})
-	u.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"CSRF": pre}, r.URL.Query().Get("msg"))
+	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre + "." + u.preMAC(pre), Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 600})
+	u.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"CSRF": pre}, "")
+}
+
+// preMAC is the server's MAC of a pre-session token.
+func (u *UI) preMAC(pre string) string {
+	m := hmac.New(sha256.New, u.preKey)
+	m.Write([]byte(pre))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// preToken is the pre-session token of the request's cookie, when the
+// server made it.
+func (u *UI) preToken(r *http.Request) (string, bool) {
+	c, err := r.Cookie("airlock_pre")
+	if err != nil {
+		return "", false
+	}
+	pre, mac, ok := strings.Cut(c.Value, ".")
+	if !ok || pre == "" || !hmac.Equal([]byte(mac), []byte(u.preMAC(pre))) {
+		return "", false
+	}
+	return pre, true
 }
 
 func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
-	pre, err := r.Cookie("airlock_pre")
-	if err != nil || r.PostFormValue("csrf") == "" || subtle.ConstantTimeCompare([]byte(pre.Value), []byte(r.PostFormValue("csrf"))) != 1 {
+	addr := clientAddr(r)
+	if u.cfg.Throttle != nil {
+		if wait := u.cfg.Throttle.Wait(addr, "signin"); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+			u.render(w, r, http.StatusTooManyRequests, "signin", "Sign in", nil, fmt.Sprintf("Too many failed sign-ins from this address; try again in %s.", wait.Round(time.Second)))
+			return
+		}
+	}
+	pre, ok := u.preToken(r)
+	if !ok || r.PostFormValue("csrf") == "" || subtle.ConstantTimeCompare([]byte(pre), []byte(r.PostFormValue("csrf"))) != 1 {
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "The sign-in form expired. Try again.")
 		return
 	}
 	p, ok := u.cfg.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
+		if u.cfg.Throttle != nil {
+			u.cfg.Throttle.Fail(addr, "signin")
+		}
 		u.render(w, r, http.StatusUnauthorized, "signin", "Sign in", nil, "Unknown token.")
 		return
+	}
+	if u.cfg.Throttle != nil {
+		u.cfg.Throttle.Succeed(addr)
 	}
 	if p.Role != airlock.RoleApprover && p.Role != airlock.RoleAdmin {
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "Agent tokens cannot sign in; use an approver or admin token.")
@@ -319,7 +408,7 @@ func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, "queue", fmt.Sprintf("(%d) Queue", len(plans)), map[string]any{"Plans": plans}, r.URL.Query().Get("msg"))
+	u.render(w, r, http.StatusOK, "queue", fmt.Sprintf("(%d) Queue", len(plans)), map[string]any{"Plans": plans}, u.popFlash(r))
 }
 
 func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -340,7 +429,7 @@ func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail}, r.URL.Query().Get("msg"))
+	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail}, u.popFlash(r))
 }
 
 func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
@@ -362,11 +451,10 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 			msg = "The decision could not be recorded."
 		}
 	}
-	target := "/ui/plans/" + url.PathEscape(id)
 	if msg != "" {
-		target += "?msg=" + url.QueryEscape(msg)
+		u.setFlash(s, msg)
 	}
-	http.Redirect(w, r, target, http.StatusSeeOther)
+	http.Redirect(w, r, "/ui/plans/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
 func (u *UI) history(w http.ResponseWriter, r *http.Request) {
@@ -455,7 +543,7 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 	if len(recs) == pageSize {
 		data["Next"] = "/ui/in-doubt?after=" + url.QueryEscape(airlock.RecordCursor(recs[len(recs)-1]))
 	}
-	u.render(w, r, http.StatusOK, "indoubt", "In doubt", data, r.URL.Query().Get("msg"))
+	u.render(w, r, http.StatusOK, "indoubt", "In doubt", data, u.popFlash(r))
 }
 
 func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
@@ -477,7 +565,8 @@ func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	http.Redirect(w, r, "/ui/in-doubt?msg="+url.QueryEscape(msg), http.StatusSeeOther)
+	u.setFlash(s, msg)
+	http.Redirect(w, r, "/ui/in-doubt", http.StatusSeeOther)
 }
 
 func (u *UI) tools(w http.ResponseWriter, r *http.Request) {

@@ -545,7 +545,7 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 	if r := runCLI(t, "plans", "reject", id2, "--url", airlockProc.url(), "--token", agentToken, "--reason", "x"); r.code == 0 {
 		t.Fatalf("an agent token rejected a plan: %s", r.stdout)
 	}
-	if r := runCLI(t, "plans", "approve", id2, "--db", dsn, "--as", "bob", "--reason", "looked fine"); r.code != 0 || !strings.Contains(r.stdout, "approved by bob") {
+	if r := runCLI(t, "plans", "approve", id2, "--db", dsn, "--config", config, "--as", "bob", "--reason", "looked fine"); r.code != 0 || !strings.Contains(r.stdout, "approved by bob") {
 		t.Fatalf("plans approve --db: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 	deadline = time.Now().Add(15 * time.Second)

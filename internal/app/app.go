@@ -200,7 +200,13 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		return nil, err
 	}
 	tokens := cfg.Tokens
-	web, err := ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler,
+	// One throttle for bearer tokens and the page's sign-in: guessing
+	// either costs the same address.
+	throttle := gateway.NewThrottle(&gateway.ThrottleConfig{
+		Failed:  func(kind string) { a.Metrics.AuthFailures.WithLabelValues(kind).Inc() },
+		Refused: func(kind string) { a.Metrics.AuthRefused.WithLabelValues(kind).Inc() },
+	})
+	web, err := ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			p, ok := gateway.Authenticate(tokens, token)
 			return ui.Principal{Name: p.Name, Role: p.Role}, ok
@@ -213,7 +219,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
 		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
 		MCPSessionIdle: m.Limits.MCPSessionIdle.Duration, MCPSessionsPerToken: m.Limits.MCPSessionsPerToken,
-		BodyTimeout: m.Limits.BodyTimeout.Duration,
+		BodyTimeout: m.Limits.BodyTimeout.Duration, Throttle: throttle,
 	}); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,143 @@
+package gateway
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Throttle makes guessing tokens slow: per client address, the first few
+// failed attempts (a wrong bearer token, a failed sign-in) cost nothing,
+// each one after that closes the address for twice as long as the one
+// before (1 s, 2 s, 4 s … at most MaxBackoff), and a success forgets the
+// address. The gateway's bearer tokens and the page's sign-in share one.
+type Throttle struct {
+	free       int
+	maxBackoff time.Duration
+	now        func() time.Time
+	onFail     func(kind string) // the metric of failures, or nil
+	onRefuse   func(kind string) // the metric of refusals, or nil
+
+	mu     sync.Mutex
+	byAddr map[string]*strikes
+}
+
+type strikes struct {
+	fails int
+	until time.Time // closed until
+	last  time.Time
+}
+
+// ThrottleConfig configures NewThrottle; nil means defaults.
+type ThrottleConfig struct {
+	// Free is how many failures an address may make before it waits.
+	// Default 5.
+	Free int
+	// MaxBackoff caps the wait. Default 5 minutes.
+	MaxBackoff time.Duration
+	// Now tells the time. Default time.Now.
+	Now func() time.Time
+	// Failed and Refused, when set, count failed attempts and attempts
+	// refused while an address waits, by kind ("bearer", "signin").
+	Failed, Refused func(kind string)
+}
+
+// NewThrottle returns a Throttle.
+func NewThrottle(cfg *ThrottleConfig) *Throttle {
+	if cfg == nil {
+		cfg = &ThrottleConfig{}
+	}
+	t := &Throttle{free: cfg.Free, maxBackoff: cfg.MaxBackoff, now: cfg.Now, onFail: cfg.Failed, onRefuse: cfg.Refused, byAddr: map[string]*strikes{}}
+	if t.free <= 0 {
+		t.free = 5
+	}
+	if t.maxBackoff <= 0 {
+		t.maxBackoff = 5 * time.Minute
+	}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	return t
+}
+
+// ClientAddr is the address a request came from (no proxy header is
+// trusted here).
+func ClientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// Wait reports how long addr must wait before it may try again (0: it
+// may now); a wait is counted as a refusal of kind.
+func (t *Throttle) Wait(addr, kind string) time.Duration {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.byAddr[addr]
+	if s == nil {
+		return 0
+	}
+	if wait := s.until.Sub(t.now()); wait > 0 {
+		if t.onRefuse != nil {
+			t.onRefuse(kind)
+		}
+		return wait
+	}
+	return 0
+}
+
+// Fail records a failed attempt from addr.
+func (t *Throttle) Fail(addr, kind string) {
+	if t == nil {
+		return
+	}
+	if t.onFail != nil {
+		t.onFail(kind)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if len(t.byAddr) > 10_000 {
+		for a, s := range t.byAddr { // forget addresses quiet for an hour
+			if now.Sub(s.last) > time.Hour {
+				delete(t.byAddr, a)
+			}
+		}
+	}
+	s := t.byAddr[addr]
+	if s == nil {
+		s = &strikes{}
+		t.byAddr[addr] = s
+	}
+	s.fails++
+	s.last = now
+	if over := s.fails - t.free; over > 0 {
+		backoff := t.maxBackoff
+		if over < 30 {
+			backoff = min(t.maxBackoff, time.Second<<(over-1))
+		}
+		s.until = now.Add(backoff)
+	}
+}
+
+// Succeed forgets addr's failures.
+func (t *Throttle) Succeed(addr string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	delete(t.byAddr, addr)
+	t.mu.Unlock()
+}
+
+// refuse answers 429 with Retry-After (whole seconds, at least 1).
+func refuse(w http.ResponseWriter, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+}
