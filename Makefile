@@ -24,7 +24,8 @@ bench:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDeriveKey -fuzztime 30s .
-	$(GO) test -run '^$$' -fuzz FuzzParseArgs -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz '^FuzzParseArgsKeepsText$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalMatchesEncodingJSON$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalArgsMatchesEncodingJSON$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest

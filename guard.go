@@ -899,6 +899,10 @@ func (g *Guard) Settle(ctx context.Context, r SettleRequest) (*Record, error) {
 		return nil, FieldErrorf(CodeForbidden, "role", "only an admin settles records; %s is %q", r.By, r.Role)
 	case r.Happened && len(r.Result) > 0 && !json.Valid(r.Result):
 		return nil, FieldErrorf(CodeInvalidArgument, "result", "the result must be valid JSON")
+	case CheckText("note", note) != nil:
+		return nil, CheckText("note", note)
+	case len(r.Result) > 0 && CheckJSONText("result", r.Result) != nil:
+		return nil, CheckJSONText("result", r.Result)
 	}
 	result := r.Result
 	if !r.Happened {

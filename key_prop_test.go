@@ -1,6 +1,7 @@
 package airlock_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -171,6 +172,29 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		if diff := airlock.DiffArgs(args, back); len(diff) != 0 {
 			t.Fatalf("DiffArgs of equal arguments: %v", diff)
+		}
+	})
+}
+
+// Arguments ParseArgs accepts are text the store holds and the decoder did
+// not rewrite: no NUL, and no U+FFFD that the input did not spell itself —
+// so no two different inputs can decode to one value by replacement.
+func FuzzParseArgsKeepsText(f *testing.F) {
+	for _, s := range []string{`{"a":"x"}`, `{"a":"\u0000"}`, `{"a":"\ud800"}`, "{\"a\":\"X\xff\xfe\"}", `{"a":"\ud83d\ude00"}`, `{"a":"\ufffd"}`, "{\"a\":\"\uFFFD\"}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		args, err := airlock.ParseArgs(raw)
+		if err != nil {
+			return
+		}
+		canon := string(airlock.CanonicalArgs(args))
+		if strings.Contains(canon, `\u0000`) {
+			t.Fatalf("accepted a NUL: %q", raw)
+		}
+		spelled := bytes.Contains(raw, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`))
+		if strings.ContainsRune(canon, '\uFFFD') && !spelled {
+			t.Fatalf("accepted input that decodes with a replacement character: %q → %s", raw, canon)
 		}
 	})
 }
