@@ -2,22 +2,15 @@ package gateway_test
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
-	"github.com/airlockhq/airlock/manifest"
-	"github.com/airlockhq/airlock/store/sqlite"
-	"github.com/airlockhq/airlock/upstream"
 )
 
 // A body that trickles in, with a token or without, holds its connection
@@ -27,27 +20,7 @@ import (
 // reads).
 func TestSlowBodiesDoNotHoldConnections(t *testing.T) {
 	t.Parallel()
-	m, err := manifest.Parse([]byte(testManifest), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	_ = s.Migrate(context.Background())
-	guard := airlock.NewGuard(s, nil)
-	t.Cleanup(guard.Close)
-	ok := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
-		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
-	})
-	g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: s, BodyTimeout: 500 * time.Millisecond,
-		Funcs:  map[string]upstream.Caller{"lookup": ok, "note": ok, "pay": ok},
-		Tokens: []gateway.Token{{Name: "agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken(frontToken)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := frontGatewayWith(t, testManifest, frontFuncs(), func(c *gateway.Config) { c.BodyTimeout = 500 * time.Millisecond })
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")

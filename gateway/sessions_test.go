@@ -2,10 +2,8 @@ package gateway_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +12,6 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
-	"github.com/airlockhq/airlock/manifest"
-	"github.com/airlockhq/airlock/store/sqlite"
-	"github.com/airlockhq/airlock/upstream"
 )
 
 type bearerTransport string
@@ -32,30 +27,13 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // limits.mcp_session_idle are closed and their places freed.
 func TestMCPSessionsAreBoundCappedAndExpire(t *testing.T) {
 	t.Parallel()
-	m, err := manifest.Parse([]byte(testManifest), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	_ = s.Migrate(context.Background())
-	guard := airlock.NewGuard(s, nil)
-	t.Cleanup(guard.Close)
-	ok := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
-		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
-	})
-	g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: s, MCPSessionsPerToken: 2, MCPSessionIdle: 500 * time.Millisecond,
-		Funcs: map[string]upstream.Caller{"lookup": ok, "note": ok, "pay": ok},
-		Tokens: []gateway.Token{
+	g := frontGatewayWith(t, testManifest, frontFuncs(), func(c *gateway.Config) {
+		c.MCPSessionsPerToken, c.MCPSessionIdle = 2, 500*time.Millisecond
+		c.Tokens = []gateway.Token{
 			{Name: "agent-a", Role: airlock.RoleAgent, SHA256: gateway.HashToken("token-a")},
 			{Name: "agent-b", Role: airlock.RoleAgent, SHA256: gateway.HashToken("token-b")},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+		}
+	})
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
 	t.Cleanup(g.CloseSessions)

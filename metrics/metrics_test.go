@@ -27,15 +27,8 @@ func TestOldestWaitFromTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC().Truncate(time.Second)
 	for i, age := range []time.Duration{13 * time.Hour, 2 * time.Hour} {
 		args := json.RawMessage(`{"record_id":"WD-` + string(rune('A'+i)) + `"}`)
@@ -94,15 +87,8 @@ func TestRecordsInDoubtFromTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	if _, _, err := s.Claim(ctx, &airlock.Claim{Key: "k-crashed", Tool: "add_note", RunID: "r", WindowID: "w",
 		Args: json.RawMessage(`{"record_id":"WD-1"}`), ArgsHash: "h", Owner: "dead-process", Now: now.Add(-time.Minute),
@@ -137,4 +123,18 @@ airlock_records_in_doubt{tool="add_note"} 1
 			t.Fatalf("report: in doubt %d, warnings %+v", tr.InDoubt, r.Warnings)
 		}
 	}
+}
+
+// openStore is a migrated SQLite store for the test.
+func openStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

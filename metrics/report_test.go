@@ -3,14 +3,12 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/metrics"
-	"github.com/airlockhq/airlock/store/sqlite"
 )
 
 func TestWarningsFireWhenTheyShould(t *testing.T) {
@@ -19,13 +17,8 @@ func TestWarningsFireWhenTheyShould(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	ctx := context.Background()
-	_ = s.Migrate(ctx)
 	now := time.Now()
 	ev := func(kind, key string, args, result string) *airlock.AuditEvent {
 		e := &airlock.AuditEvent{At: now, Kind: kind, RunID: "r1", Key: key, Tool: "add_note", Actor: "a"}
@@ -63,13 +56,8 @@ func TestWarningsFireWhenTheyShould(t *testing.T) {
 func TestRisingRepeatsWarn(t *testing.T) {
 	t.Parallel()
 	m, _ := withdrawals.Manifest()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	ctx := context.Background()
-	_ = s.Migrate(ctx)
 	now := time.Now()
 	var events []*airlock.AuditEvent
 	add := func(at time.Time, n int) {
@@ -99,13 +87,8 @@ func TestRisingRepeatsWarn(t *testing.T) {
 func TestLostEventsCountAgainstCompleteness(t *testing.T) {
 	t.Parallel()
 	m, _ := withdrawals.Manifest()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	ctx := context.Background()
-	_ = s.Migrate(ctx)
 	now := time.Now()
 	var events []*airlock.AuditEvent
 	for i := range 3 {
