@@ -74,6 +74,7 @@ type agentSession struct {
 	session *sdk.ClientSession
 	ended   chan struct{}
 	last    atomic.Int64 // when a message was last relayed, in Unix ns
+	logs    bool         // the server logs (it declared logging): reads wait for its last messages
 
 	mu   sync.Mutex
 	peer upstream.Peer // of the agent's latest call: its context carries relays to that call
@@ -178,6 +179,7 @@ func (c *Client) sessionForAgent(ctx context.Context, p upstream.Peer) (*sdk.Cli
 		// Every message the server has; the agent's own level filters
 		// what it hears.
 		_ = s.SetLoggingLevel(ctx, &sdk.SetLoggingLevelParams{Level: "debug"})
+		a.logs = true
 	}
 	if c.agents == nil {
 		c.agents = map[string]*agentSession{}
@@ -391,16 +393,16 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 	relaying := false
 	if c.opts.SessionPerAgent && req.Peer != nil && req.Key == "" {
 		var a *agentSession
-		start := time.Now().UnixNano()
 		if s, a, err = c.sessionForAgent(ctx, req.Peer); err == nil && a != nil {
 			relaying = true
-			defer func() {
-				// When the upstream spoke during the call, the agent hears
-				// its last messages before the answer.
-				if a.last.Load() >= start {
-					drainQuiet(&a.last)
-				}
-			}()
+			if a.logs {
+				// The SDK hands log messages to their handler on a queue
+				// apart from the answer: wait until it has been quiet, so
+				// that the agent hears them on the call's stream, before
+				// the answer (a message relayed after it goes to the
+				// session's own stream, which a client need not open).
+				defer drainQuiet(&a.last)
+			}
 		}
 	}
 	if s == nil && err == nil {
