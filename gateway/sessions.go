@@ -99,15 +99,21 @@ func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal
 			g.sessions.max), nil, idOf(body))
 		return
 	}
-	cw := &sessionCapture{ResponseWriter: w}
+	// Bound as the answer's header is written, before the client can use
+	// the id.
+	cw := &sessionCapture{ResponseWriter: w, onHeader: func(id string, status int) {
+		if status >= 300 {
+			id = ""
+		}
+		g.sessions.opened(id, principal)
+	}}
 	serve(cw)
-	id := cw.id
-	if cw.status >= 300 {
-		id = ""
+	if !cw.bound {
+		g.sessions.opened("", principal) // no answer at all: the place is free
+		return
 	}
-	g.sessions.opened(id, principal)
-	if id != "" {
-		g.watchSession(id)
+	if cw.id != "" && cw.status < 300 {
+		g.watchSession(cw.id)
 	}
 }
 
@@ -129,13 +135,17 @@ func (g *Gateway) watchSession(id string) {
 // sessionCapture reads the session id the SDK gives a new session.
 type sessionCapture struct {
 	http.ResponseWriter
-	id     string
-	status int
+	onHeader func(id string, status int)
+	id       string
+	status   int
+	bound    bool
 }
 
 func (c *sessionCapture) WriteHeader(code int) {
 	if c.status == 0 {
 		c.status, c.id = code, c.Header().Get("Mcp-Session-Id")
+		c.bound = true
+		c.onHeader(c.id, code)
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
