@@ -25,6 +25,10 @@ import (
 	"github.com/airlockhq/airlock/upstream"
 )
 
+// maxOptionalID bounds a call id or trace context (W3C allows 512 bytes of
+// tracestate).
+const maxOptionalID = 512
+
 // DefaultBodyTimeout bounds how long a request body may take (Config.BodyTimeout).
 const DefaultBodyTimeout = 30 * time.Second
 
@@ -250,6 +254,13 @@ func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 	}
 	if err := airlock.CheckRunID(req.RunID, g.guard.MaxRunIDBytes()); err != nil {
 		return nil, err
+	}
+	// Optional identifiers that only name the call in its span: one that
+	// is too long or not text is left out rather than refused.
+	for _, id := range []*string{&req.CallID, &req.TraceParent, &req.TraceState} {
+		if len(*id) > maxOptionalID || airlock.CheckText("", *id) != nil {
+			*id = ""
+		}
 	}
 	var span airlock.Span
 	if g.tracer != nil {
