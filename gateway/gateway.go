@@ -437,9 +437,27 @@ func AnswerObject(a *airlock.Answer) map[string]any {
 		obj["message"] = a.Message
 	}
 	if a.Plan != nil {
-		obj["plan"] = a.Plan
+		obj["plan"] = AgentPlan(a.Plan)
 	}
 	return obj
+}
+
+// AgentPlan is what an agent learns of a plan: its id, tool, status, the
+// rule that decided and how, when it expires, and once carried out its
+// result or error — not the rules' conditions, the facts or the decision
+// hash (an agent that knew the automatic-approval threshold could split
+// the work to stay under it). Approvers and admins read the whole plan
+// (/v1/plans, the page).
+func AgentPlan(p *airlock.Plan) map[string]any {
+	v := map[string]any{"id": p.ID, "tool": p.Tool, "status": p.Status, "rule": p.Rule, "decision": p.Decision,
+		"created_at": p.CreatedAt, "expires_at": p.ExpiresAt}
+	if len(p.Result) > 0 {
+		v["result"] = p.Result
+	}
+	if p.Error != "" {
+		v["error"] = p.Error
+	}
+	return v
 }
 
 // decodeBody reads a JSON body into v, capped at maxBody, refusing

@@ -60,8 +60,13 @@ func TestE2EUIInABrowser(t *testing.T) {
 		if status != 200 {
 			t.Fatalf("propose %s: %d %v", record, status, body)
 		}
-		p := body["plan"].(map[string]any)
-		return p["id"].(string), p["decision_hash"].(string)
+		// The agent learns the plan's id, not its hash; the approver reads it.
+		id = body["plan"].(map[string]any)["id"].(string)
+		status, full := apiCall(t, "GET", srv.url()+"/v1/plans/"+id, approverToken, "")
+		if status != 200 {
+			t.Fatalf("plan %s: %d %v", id, status, full)
+		}
+		return id, full["decision_hash"].(string)
 	}
 	id1, _ := propose("WD-101")
 	id2, _ := propose("WD-102")
