@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -239,6 +240,36 @@ func (l *Limits) validate(v *validator) {
 // Auth lists the bearer tokens the server accepts.
 type Auth struct {
 	Tokens []TokenSpec `yaml:"tokens" json:"tokens,omitempty"`
+	// TrustedProxies are the addresses (IPs or CIDR prefixes) of the
+	// proxies in front of airlock whose X-Forwarded-For and
+	// X-Forwarded-Proto it believes: for the client address that failed
+	// attempts are counted by, and for marking the page's cookies Secure.
+	// Default: none (the connection's own address; Secure only over TLS).
+	TrustedProxies []string `yaml:"trusted_proxies" json:"trusted_proxies,omitempty"`
+}
+
+// TrustedPrefixes are TrustedProxies parsed (each IP a single-address
+// prefix); entries that do not parse are left out (Validate names them).
+func (a *Auth) TrustedPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range a.TrustedProxies {
+		if p, err := parseProxy(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseProxy(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		return p.Masked(), err
+	}
+	ip, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(ip, ip.BitLen()), nil
 }
 
 // Roles.
@@ -535,6 +566,11 @@ func (c *Calendar) validate(v *validator) {
 }
 
 func (a *Auth) validate(v *validator) {
+	for i, p := range a.TrustedProxies {
+		if _, err := parseProxy(p); err != nil {
+			v.add(fmt.Sprintf("auth.trusted_proxies[%d]", i), "%q is not an IP address or a CIDR prefix (such as 10.0.0.0/8)", p)
+		}
+	}
 	seen := map[string]bool{}
 	for i, tok := range a.Tokens {
 		p := fmt.Sprintf("auth.tokens[%d]", i)

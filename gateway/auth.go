@@ -92,7 +92,7 @@ func Authenticate(tokens []Token, token string) (Principal, bool) {
 // require wraps a handler so that only the given roles reach it.
 func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := ClientAddr(r)
+		addr := g.proxies.ClientAddr(r)
 		if wait := g.throttle.Wait(addr, "bearer"); wait > 0 {
 			refuse(w, wait)
 			writeError(w, g.log, airlock.Errorf(airlock.CodeTooManyAttempts, "too many failed attempts from this address; try again in %s", wait.Round(time.Second)))

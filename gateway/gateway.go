@@ -83,6 +83,9 @@ type Config struct {
 	// MCPSessionsPerToken caps the MCP sessions one token holds open.
 	// Default DefaultMCPSessionsPerToken (100).
 	MCPSessionsPerToken int
+	// TrustedProxies are the proxies whose X-Forwarded-For (the client
+	// address failed tokens are counted by) airlock believes. Default: none.
+	TrustedProxies Proxies
 	// Throttle slows down guessing of bearer tokens per client address.
 	// Default: a Throttle of its own with the default settings.
 	Throttle *Throttle
@@ -145,6 +148,7 @@ type Gateway struct {
 	peers       peers          // MCP sessions that upstreams relay to
 	ready       readiness      // the last /readyz probe
 	throttle    *Throttle      // failed bearer tokens, per address
+	proxies     Proxies        // trusted for X-Forwarded-*
 	sessions    *mcpSessions   // who opened each MCP session; how many each token holds
 	bodyTimeout time.Duration  // a request body arrives within this
 	longestCall time.Duration  // an answer is written within this
@@ -180,6 +184,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.bodyTimeout = DefaultBodyTimeout
 	}
 	g.longestCall = longestCall(g.m)
+	g.proxies = cfg.TrustedProxies
 	g.throttle = cfg.Throttle
 	if g.throttle == nil {
 		g.throttle = NewThrottle(nil)

@@ -3,7 +3,9 @@ package gateway
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -62,15 +64,67 @@ func NewThrottle(cfg *ThrottleConfig) *Throttle {
 	return t
 }
 
-// ClientAddr is the address a request came from (no proxy header is
-// trusted here).
-func ClientAddr(r *http.Request) string {
+// Proxies are the trusted proxies in front of airlock (the manifest's
+// auth.trusted_proxies): only a request that comes from one of them has
+// its X-Forwarded-For and X-Forwarded-Proto believed.
+type Proxies []netip.Prefix
+
+func (ps Proxies) trusts(addr string) bool {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, p := range ps {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func remoteHost(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
 	return host
 }
+
+// ClientAddr is the address a request came from: the connection's, or,
+// when that is a trusted proxy, the last address in X-Forwarded-For that
+// is not one (the client as the nearest untrusted hop says; anything to
+// its left the client could have written itself).
+func (ps Proxies) ClientAddr(r *http.Request) string {
+	addr := remoteHost(r)
+	if !ps.trusts(addr) {
+		return addr
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop := strings.TrimSpace(hops[i])
+		if hop == "" {
+			continue
+		}
+		if !ps.trusts(hop) {
+			return hop
+		}
+		addr = hop
+	}
+	return addr
+}
+
+// Secure reports whether the client reached airlock over TLS: directly, or
+// through a trusted proxy that says so (X-Forwarded-Proto: https).
+func (ps Proxies) Secure(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	return ps.trusts(remoteHost(r)) && strings.EqualFold(strings.TrimSpace(strings.Split(r.Header.Get("X-Forwarded-Proto"), ",")[0]), "https")
+}
+
+// ClientAddr is the connection's own address (no proxy trusted).
+func ClientAddr(r *http.Request) string { return Proxies(nil).ClientAddr(r) }
 
 // Wait reports how long addr must wait before it may try again (0: it
 // may now); a wait is counted as a refusal of kind.

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"net/http"
+	"net/netip"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -86,5 +87,39 @@ func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 	defer mu.Unlock()
 	if failed != 12 || refused != 2 {
 		t.Fatalf("counted %d failures and %d refusals, want 12 and 2", failed, refused)
+	}
+}
+
+func TestProxiesAreBelievedOnlyWhenTrusted(t *testing.T) {
+	t.Parallel()
+	ps := gateway.Proxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}
+	for _, tc := range []struct {
+		name, remote, xff, proto string
+		addr                     string
+		secure                   bool
+	}{
+		{"direct client", "203.0.113.5:4000", "198.51.100.1", "https", "203.0.113.5", false},
+		{"through a trusted proxy", "10.1.2.3:4000", "198.51.100.1", "https", "198.51.100.1", true},
+		{"a spoofed hop left of the real client", "10.1.2.3:4000", "6.6.6.6, 198.51.100.1", "http", "198.51.100.1", false},
+		{"two trusted proxies", "127.0.0.1:4000", "198.51.100.1, 10.9.9.9", "HTTPS", "198.51.100.1", true},
+		{"a trusted proxy without the header", "10.1.2.3:4000", "", "", "10.1.2.3", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tc.remote
+			if tc.xff != "" {
+				r.Header.Set("X-Forwarded-For", tc.xff)
+			}
+			if tc.proto != "" {
+				r.Header.Set("X-Forwarded-Proto", tc.proto)
+			}
+			if got := ps.ClientAddr(r); got != tc.addr {
+				t.Errorf("ClientAddr %q, want %q", got, tc.addr)
+			}
+			if got := ps.Secure(r); got != tc.secure {
+				t.Errorf("Secure %v, want %v", got, tc.secure)
+			}
+		})
 	}
 }

@@ -143,7 +143,7 @@ var typeNames = map[string]string{
 	"airlock.Limits":      "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout)",
 	"airlock.Notify":      "notify (webhook)",
 	"airlock.Calendar":    "calendar (timezone, cutoff, holidays)",
-	"airlock.Auth":        "auth (tokens)",
+	"airlock.Auth":        "auth (tokens, trusted_proxies)",
 	"airlock.TokenSpec":   "a token (name, role, sha256, env)",
 	"airlock.Upstream":    "an upstream (http, mcp, honors_idempotency_key)",
 	"airlock.MCPUpstream": "mcp (command, url, resources, prompts, prefix, sessions)",

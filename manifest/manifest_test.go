@@ -100,6 +100,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`unknown field "session_bytes"`, "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout)"}},
 		{"run id limit too small", "tools:\n", "limits: {run_id_bytes: 8}\ntools:\n", "test.yaml:3:",
 			[]string{"limits.run_id_bytes", "from 16 bytes to 4KiB, not 8 bytes"}},
+		{"bad trusted proxy", "tools:\n", "auth: {trusted_proxies: [10.0.0.0/8, proxy.internal]}\ntools:\n", "test.yaml:3:",
+			[]string{"auth.trusted_proxies[1]", `"proxy.internal" is not an IP address or a CIDR prefix`}},
 		{"session idle too short", "tools:\n", "limits: {mcp_session_idle: 10ms}\ntools:\n", "test.yaml:3:",
 			[]string{"limits.mcp_session_idle", "from 1s to 7d, not 10ms"}},
 		{"sessions per token negative", "tools:\n", "limits: {mcp_sessions_per_token: -1}\ntools:\n", "test.yaml:3:",

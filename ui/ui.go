@@ -57,6 +57,12 @@ type Config struct {
 	// Throttle slows down guessing at sign-in per client address (the
 	// gateway's, shared with its bearer tokens). Default: none.
 	Throttle Throttle
+	// ClientAddr and Secure read a request through the trusted proxies
+	// (gateway.Proxies): the client's address, and whether it came over
+	// TLS (the cookies are then Secure). Default: the connection's own
+	// address; Secure only over TLS to airlock itself.
+	ClientAddr func(*http.Request) string
+	Secure     func(*http.Request) bool
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -282,14 +288,24 @@ func (u *UI) signed(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// clientAddr is the address a request came from (no proxy header is
-// trusted).
-func clientAddr(r *http.Request) string {
+// clientAddr is the address a request came from.
+func (u *UI) clientAddr(r *http.Request) string {
+	if u.cfg.ClientAddr != nil {
+		return u.cfg.ClientAddr(r)
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// secure reports whether the page's cookies are to be Secure.
+func (u *UI) secure(r *http.Request) bool {
+	if u.cfg.Secure != nil {
+		return u.cfg.Secure(r)
+	}
+	return r.TLS != nil
 }
 
 func sessionOf(r *http.Request) *session { s, _ := r.Context().Value(ctxKey{}).(*session); return s }
@@ -329,7 +345,7 @@ func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
 	// The cookie carries it with the server's MAC, so that a value the
 	// client made up is not taken for one.
 	pre := randomHex(16)
-	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre + "." + u.preMAC(pre), Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 600})
+	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre + "." + u.preMAC(pre), Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.secure(r), MaxAge: 600})
 	u.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"CSRF": pre}, "")
 }
 
@@ -355,7 +371,7 @@ func (u *UI) preToken(r *http.Request) (string, bool) {
 }
 
 func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
-	addr := clientAddr(r)
+	addr := u.clientAddr(r)
 	if u.cfg.Throttle != nil {
 		if wait := u.cfg.Throttle.Wait(addr, "signin"); wait > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
@@ -388,7 +404,7 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	u.sessions[id] = &session{p: p, csrf: randomHex(16), expires: time.Now().Add(u.cfg.SessionTTL)}
 	u.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, Expires: time.Now().Add(u.cfg.SessionTTL)})
+		Secure: u.secure(r), Expires: time.Now().Add(u.cfg.SessionTTL)})
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 }
 
@@ -398,7 +414,7 @@ func (u *UI) signout(w http.ResponseWriter, r *http.Request) {
 		delete(u.sessions, id)
 		u.mu.Unlock()
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.secure(r)})
 	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
 }
 

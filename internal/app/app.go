@@ -206,7 +206,9 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Failed:  func(kind string) { a.Metrics.AuthFailures.WithLabelValues(kind).Inc() },
 		Refused: func(kind string) { a.Metrics.AuthRefused.WithLabelValues(kind).Inc() },
 	})
+	proxies := gateway.Proxies(m.Auth.TrustedPrefixes())
 	web, err := ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
+		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			p, ok := gateway.Authenticate(tokens, token)
 			return ui.Principal{Name: p.Name, Role: p.Role}, ok
@@ -219,7 +221,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
 		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
 		MCPSessionIdle: m.Limits.MCPSessionIdle.Duration, MCPSessionsPerToken: m.Limits.MCPSessionsPerToken,
-		BodyTimeout: m.Limits.BodyTimeout.Duration, Throttle: throttle,
+		BodyTimeout: m.Limits.BodyTimeout.Duration, Throttle: throttle, TrustedProxies: proxies,
 	}); err != nil {
 		return nil, err
 	}
