@@ -2,8 +2,8 @@ package gateway_test
 
 import (
 	"net/http"
-	"net/netip"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
