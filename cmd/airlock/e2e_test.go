@@ -493,7 +493,12 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 		t.Fatalf("repeat: %v", again)
 	}
 	id := p["id"].(string)
-	hash := p["decision_hash"].(string)
+	if _, ok := p["decision_hash"]; ok {
+		t.Fatalf("the agent was given the decision hash: %v", p)
+	}
+	// The approver reads it with the plan.
+	_, full := apiCall(t, "GET", airlockProc.url()+"/v1/plans/"+id, approverToken, "")
+	hash := full["decision_hash"].(string)
 	decide := fmt.Sprintf(`{"reason":"checked the ledger","decision_hash":%q}`, hash)
 	if status, _ := apiCall(t, "POST", airlockProc.url()+"/v1/plans/"+id+"/approve", agentToken, decide); status != 403 {
 		t.Fatalf("an agent approved: %d", status)
