@@ -195,7 +195,7 @@ type Guard struct {
 	events   *eventBuffer
 	log      *slog.Logger
 	cache    *recordCache
-	maxRunID int // 0: DefaultMaxRunIDBytes
+	maxRunID int
 	hub      *hub
 	unsub    func()
 	leases   *leaseKeeper
@@ -262,6 +262,9 @@ func NewGuard(store GuardStore, cfg *GuardConfig) *Guard {
 		g.cache = newRecordCache(size, cacheBytes)
 	}
 	g.maxRunID = cfg.MaxRunIDBytes
+	if g.maxRunID <= 0 {
+		g.maxRunID = DefaultMaxRunIDBytes
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	g.ownerPrefix = hex.EncodeToString(b[:])
@@ -344,12 +347,7 @@ const DefaultCacheBytes = 64 << 20
 const MaxKeyBytes = 512
 
 // MaxRunIDBytes is the guard's cap on run ids (GuardConfig.MaxRunIDBytes).
-func (g *Guard) MaxRunIDBytes() int {
-	if g.maxRunID <= 0 {
-		return DefaultMaxRunIDBytes
-	}
-	return g.maxRunID
-}
+func (g *Guard) MaxRunIDBytes() int { return g.maxRunID }
 
 // KeyedCall is a call whose key the caller already has, such as the
 // Idempotency-Key a client sent to a tool server (see package idempotency).
@@ -899,10 +897,14 @@ func (g *Guard) Settle(ctx context.Context, r SettleRequest) (*Record, error) {
 		return nil, FieldErrorf(CodeForbidden, "role", "only an admin settles records; %s is %q", r.By, r.Role)
 	case r.Happened && len(r.Result) > 0 && !json.Valid(r.Result):
 		return nil, FieldErrorf(CodeInvalidArgument, "result", "the result must be valid JSON")
-	case CheckText("note", note) != nil:
-		return nil, CheckText("note", note)
-	case len(r.Result) > 0 && CheckJSONText("result", r.Result) != nil:
-		return nil, CheckJSONText("result", r.Result)
+	}
+	if err := CheckText("note", note); err != nil {
+		return nil, err
+	}
+	if len(r.Result) > 0 {
+		if err := CheckJSONText("result", r.Result); err != nil {
+			return nil, err
+		}
 	}
 	result := r.Result
 	if !r.Happened {

@@ -107,13 +107,3 @@ func (c *recordCache) put(rec *Record) {
 		c.bytes -= recordBytes(r)
 	}
 }
-
-// usage is the cache's records and bytes.
-func (c *recordCache) usage() (int, int64) {
-	if c == nil {
-		return 0, 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ll.Len(), c.bytes
-}

@@ -108,3 +108,13 @@ func TestRecordCacheIsBoundedByBytes(t *testing.T) {
 		t.Fatal("a record over a tenth of the budget was cached")
 	}
 }
+
+// usage is the cache's records and bytes.
+func (c *recordCache) usage() (int, int64) {
+	if c == nil {
+		return 0, 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ll.Len(), c.bytes
+}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -96,35 +95,38 @@ func bodyRead(w http.ResponseWriter) {
 // connection string is ever in either). A probe is reused for a second, so
 // that probes cannot flood the store with commits.
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
-	err := g.ready.check(r.Context(), func(ctx context.Context) error {
+	p := g.ready.check(r.Context(), func(ctx context.Context) probe {
 		if err := g.store.Ping(ctx); err != nil {
-			return fmt.Errorf("the store is not reachable or not migrated: %w", err)
+			return probe{"the store is not reachable or not migrated", err}
 		}
 		if err := g.store.ProbeWrite(ctx); err != nil {
-			return fmt.Errorf("the store does not take writes: %w", err)
+			return probe{"the store does not take writes (disk full, read-only, or a standby?)", err}
 		}
-		return nil
+		return probe{}
 	})
-	if err != nil {
-		g.log.Warn("airlock: not ready", "err", err)
-		reason := "the store is not reachable or not migrated"
-		if strings.HasPrefix(err.Error(), "the store does not take writes") {
-			reason = "the store does not take writes (disk full, read-only, or a standby?)"
-		}
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
+	if p.err != nil {
+		g.log.Warn("airlock: not ready", "reason", p.reason, "err", p.err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": p.reason})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// probe is a readiness check's outcome: the reason in general words (for
+// the unauthenticated answer) and the error itself (for the log).
+type probe struct {
+	reason string
+	err    error
 }
 
 // readiness caches the last probe for a second.
 type readiness struct {
 	mu   sync.Mutex
 	at   time.Time
-	last error
+	last probe
 }
 
-func (rd *readiness) check(ctx context.Context, probe func(context.Context) error) error {
+func (rd *readiness) check(ctx context.Context, run func(context.Context) probe) probe {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	if !rd.at.IsZero() && time.Since(rd.at) < time.Second {
@@ -132,7 +134,7 @@ func (rd *readiness) check(ctx context.Context, probe func(context.Context) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rd.last, rd.at = probe(ctx), time.Now()
+	rd.last, rd.at = run(ctx), time.Now()
 	return rd.last
 }
 

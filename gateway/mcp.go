@@ -169,7 +169,8 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 			defer relay.end()
 			creq.Progress = relay.send
 		}
-		if req.Session != nil {
+		if t := g.m.Tool(name); req.Session != nil && t != nil && t.Kind == airlock.KindRead {
+			// Only reads relay an upstream's messages to their agent.
 			creq.Peer = g.peers.of(ctx, req.Session)
 		}
 		a, err := g.Call(ctx, creq)
@@ -337,6 +338,9 @@ type peers struct {
 
 // of is the peer of a call made in session s with context ctx.
 func (ps *peers) of(ctx context.Context, s *mcp.ServerSession) *agentPeer {
+	if v, ok := ps.done.Load(s); ok {
+		return &agentPeer{session: s, call: ctx, done: v.(chan struct{})}
+	}
 	ch := make(chan struct{})
 	v, loaded := ps.done.LoadOrStore(s, ch)
 	if !loaded {

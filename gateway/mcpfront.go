@@ -24,9 +24,10 @@ const (
 	rpcUnsupportedProtocolVersion = -32022 // MCP 2026-07-28
 )
 
-// textProblem says what in a message's text the store could not hold or
-// the decoder would rewrite (invalid UTF-8, NUL, an unpaired surrogate),
-// before the SDK decodes it into run ids and arguments; "" when nothing.
+// textProblem says what in a message's text the decoder would rewrite
+// (invalid UTF-8, an unpaired surrogate: two different run ids or
+// arguments would read as one) before the SDK decodes it; "" when nothing.
+// A NUL is refused where its field is read (run_id, args), by name.
 func textProblem(body []byte) string {
 	err := airlock.CheckJSONEncoding("message", body)
 	if err == nil {

@@ -77,7 +77,7 @@ func (m *mcpSessions) ended(id string) {
 }
 
 // guardSession applies the binding and the cap to one /mcp request of
-// principal; it reports whether the request may go on (else it answered).
+// principal: it answers a refusal itself, or lets serve answer.
 func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal, method string, body []byte, serve func(http.ResponseWriter)) {
 	if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 		if !g.sessions.ownedBy(id, principal) {

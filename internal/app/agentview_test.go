@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -36,22 +33,9 @@ func TestAgentsSeeNoRuleConditionsFactsOrHash(t *testing.T) {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"approved":true}`)}
 	})
 	hashA, hashP := gateway.HashToken(agentToken), gateway.HashToken(approverToken)
-	a, err := app.New(context.Background(), &app.Config{Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true,
+	srv := serveApp(t, &app.Config{Manifest: m,
 		Funcs:  map[string]upstream.Caller{"get_withdrawal": ledger, "approve_withdrawal": ledger},
 		Tokens: []gateway.Token{{Name: "agent-1", Role: airlock.RoleAgent, SHA256: hashA}, {Name: "alice", Role: airlock.RoleApprover, SHA256: hashP}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Gateway.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = a.Close(ctx)
-	})
 	var conditions []string
 	for _, r := range m.Tool("approve_withdrawal").Approval.Rules {
 		if r.When != "true" {

@@ -89,7 +89,24 @@ func startApp(t *testing.T, manifestText string, replace ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(context.Background(), &app.Config{Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true, Tokens: tokens})
+	return serveApp(t, &app.Config{Manifest: m, Tokens: tokens}).URL
+}
+
+// served is an app serving on loopback.
+type served struct {
+	*app.App
+	URL string
+}
+
+// serveApp starts the app cfg describes (on a fresh SQLite file when cfg
+// names no DSN, migrated) with its gateway on loopback; cleanup closes both.
+func serveApp(t *testing.T, cfg *app.Config) *served {
+	t.Helper()
+	if cfg.DSN == "" {
+		cfg.DSN = "sqlite:" + filepath.Join(t.TempDir(), "a.db")
+	}
+	cfg.Migrate = true
+	a, err := app.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,9 +118,13 @@ func startApp(t *testing.T, manifestText string, replace ...string) string {
 		srv.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		_ = a.Close(ctx)
+		// An upstream that a test stopped first cannot be told goodbye;
+		// that is not the app's failure.
+		if err := a.Close(ctx); err != nil {
+			t.Logf("closing the app: %v", err)
+		}
 	})
-	return srv.URL
+	return &served{App: a, URL: srv.URL}
 }
 
 func TestMCPUpstreamResourcesAndPrompts(t *testing.T) {

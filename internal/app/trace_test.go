@@ -136,26 +136,8 @@ func setupTracing(t *testing.T) *traceBundle {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	a, err := app.New(context.Background(), &app.Config{
-		Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "airlock.db"), Migrate: true, Tokens: tokens,
-		Tracer: tracing.New(tp, "test"), CommitPoll: 20 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Gateway.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return &traceBundle{app: a, url: srv.URL, spans: rec, upstream: seen}
+	srv := serveApp(t, &app.Config{Manifest: m, Tokens: tokens, Tracer: tracing.New(tp, "test"), CommitPoll: 20 * time.Millisecond})
+	return &traceBundle{app: srv.App, url: srv.URL, spans: rec, upstream: seen}
 }
 
 // post sends body to path with a token and a traceparent.

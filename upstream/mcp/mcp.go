@@ -138,9 +138,50 @@ var clientImpl = &sdk.Implementation{Name: "airlock", Version: "v0"}
 // names, opened on its first read; nil (use the shared session) when the
 // cap is reached. The session ends with the agent's.
 func (c *Client) sessionForAgent(ctx context.Context, p upstream.Peer) (*sdk.ClientSession, *agentSession, error) {
+	id := p.ID()
+	if a, full := c.agentSession(id, p); a != nil || full {
+		if a == nil {
+			return nil, nil, nil
+		}
+		return a.session, a, nil
+	}
+	// Opened without the client's lock: a handshake must not hold up the
+	// other calls to this server.
+	a, err := c.openAgentSession(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	if other := c.agents[id]; other != nil {
+		c.mu.Unlock()
+		_ = a.session.Close() // another read of this agent opened one first
+		return other.session, other, nil
+	}
+	if c.agents == nil {
+		c.agents = map[string]*agentSession{}
+	}
+	c.agents[id] = a
+	c.mu.Unlock()
+	go func() {
+		select {
+		case <-p.Done():
+		case <-a.ended:
+		}
+		c.mu.Lock()
+		if c.agents[id] == a {
+			delete(c.agents, id)
+		}
+		c.mu.Unlock()
+		_ = a.session.Close()
+	}()
+	return a.session, a, nil
+}
+
+// agentSession is the live upstream session kept for agent session id,
+// now relaying to p; full reports that none is kept and no more may be.
+func (c *Client) agentSession(id string, p upstream.Peer) (a *agentSession, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	id := p.ID()
 	if a := c.agents[id]; a != nil {
 		select {
 		case <-a.ended:
@@ -150,12 +191,14 @@ func (c *Client) sessionForAgent(ctx context.Context, p upstream.Peer) (*sdk.Cli
 			a.mu.Lock()
 			a.peer = p
 			a.mu.Unlock()
-			return a.session, a, nil
+			return a, false
 		}
 	}
-	if len(c.agents) >= c.opts.MaxAgentSessions {
-		return nil, nil, nil
-	}
+	return nil, len(c.agents) >= c.opts.MaxAgentSessions
+}
+
+// openAgentSession opens an upstream session for p's agent.
+func (c *Client) openAgentSession(ctx context.Context, p upstream.Peer) (*agentSession, error) {
 	a := &agentSession{peer: p, ended: make(chan struct{})}
 	client := c.agentClient(a, p.Capabilities())
 	// The session outlives this call: it must not inherit the call's
@@ -172,7 +215,7 @@ func (c *Client) sessionForAgent(ctx context.Context, p upstream.Peer) (*sdk.Cli
 		s, err = client.Connect(ctx, c.newTransport(), nil)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	a.session = s
 	if ir := s.InitializeResult(); ir != nil && ir.Capabilities != nil && ir.Capabilities.Logging != nil {
@@ -181,27 +224,11 @@ func (c *Client) sessionForAgent(ctx context.Context, p upstream.Peer) (*sdk.Cli
 		_ = s.SetLoggingLevel(ctx, &sdk.SetLoggingLevelParams{Level: "debug"})
 		a.logs = true
 	}
-	if c.agents == nil {
-		c.agents = map[string]*agentSession{}
-	}
-	c.agents[id] = a
 	go func() {
 		_ = s.Wait()
 		close(a.ended)
 	}()
-	go func() {
-		select {
-		case <-p.Done():
-		case <-a.ended:
-		}
-		c.mu.Lock()
-		if c.agents[id] == a {
-			delete(c.agents, id)
-		}
-		c.mu.Unlock()
-		_ = s.Close()
-	}()
-	return s, a, nil
+	return a, nil
 }
 
 // detached is a context with ctx's deadline and cancellation but none of
