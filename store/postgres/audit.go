@@ -25,7 +25,69 @@ func auditArgs(e *airlock.AuditEvent) []any {
 	return []any{e.At, e.Kind, e.RunID, e.Key, e.Tool, nullText(e.Args), nullText(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash, e.Outcome, e.TimedOut, e.DurationUS}
 }
 
-// appendAudit writes events inside a transaction.
+// The audit writers' lock. Every transaction that inserts audit events
+// holds it shared from its start; the sealer takes it exclusively for a
+// moment (auditFence). Ids are handed out in one order but transactions
+// commit in another, so without the fence an event committed late, with an
+// id below one already sealed, could not be told from a row forged or
+// unsealed by hand — and the sealer would have to seal both.
+const (
+	auditWriters     = 7412095
+	lockAuditWriters = `SELECT pg_advisory_xact_lock_shared(7412095)`
+)
+
+// auditTx runs fn in a transaction that holds the audit writers' lock,
+// taken first, before any row lock (a writer waiting for the fence must not
+// hold what another writer waits for).
+func (s *Store) auditTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockAuditWriters); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// audited sends one statement that writes audit events, in a pipeline
+// whose implicit transaction holds the audit writers' lock (one round
+// trip); read reads its results.
+func (s *Store) audited(ctx context.Context, read func(pgx.BatchResults) error, sql string, args ...any) error {
+	var b pgx.Batch
+	b.Queue(lockAuditWriters)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	if err == nil {
+		err = read(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// auditFence returns the highest audit id handed out so far, every one of
+// them committed or rolled back: the writers' lock granted exclusively
+// means no writer is inside its transaction, and a writer takes its ids
+// (nextval) only while it holds the lock, so later ones get higher ids.
+// (This relies on the sequence's default CACHE 1.)
+func (s *Store) auditFence(ctx context.Context) (int64, error) {
+	var b pgx.Batch
+	b.Queue(`SELECT pg_advisory_xact_lock($1)`, int64(auditWriters))
+	b.Queue(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM airlock_audit_id_seq`)
+	br := s.pool.SendBatch(ctx, &b)
+	var fence int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&fence)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return fence, err
+}
+
+// appendAudit writes events inside a transaction begun by auditTx.
 func appendAudit(ctx context.Context, tx pgx.Tx, events ...*airlock.AuditEvent) error {
 	for _, e := range events {
 		if _, err := tx.Exec(ctx, insertAudit, auditArgs(e)...); err != nil {
@@ -41,9 +103,11 @@ func (s *Store) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) e
 	if len(events) == 0 {
 		return nil
 	}
-	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"airlock_audit"}, auditWriteColumns,
-		pgx.CopyFromSlice(len(events), func(i int) ([]any, error) { return auditArgs(events[i]), nil }))
-	return err
+	return s.auditTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"airlock_audit"}, auditWriteColumns,
+			pgx.CopyFromSlice(len(events), func(i int) ([]any, error) { return auditArgs(events[i]), nil }))
+		return err
+	})
 }
 
 func scanAudit(row pgx.Row) (*airlock.AuditEvent, error) {
@@ -79,25 +143,34 @@ func scanAudit(row pgx.Row) (*airlock.AuditEvent, error) {
 // auditLock serialises sealers across replicas.
 const auditLock = 7412094
 
-// SealAudit implements airlock.AuditStore.
+// SealAudit implements airlock.AuditStore. It seals the events up to the
+// fence (auditFence) that come after the sealed head: every event airlock
+// writes gets a higher id than the head's, so an unsealed row older than
+// the head was not written by airlock's insert — an edited row whose seal
+// was removed, or one inserted with an id of its choosing. It is never
+// sealed (verify counts it as not sealed, for good).
 func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
+	fence, err := s.auditFence(ctx)
+	if err != nil {
+		return 0, err
+	}
 	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, auditLock); err != nil {
 			return err
 		}
-		var lastSeq int64
+		var lastSeq, lastID int64
 		var lastHash string
 		// The chain continues from the last sealed event or, when retention
 		// has purged every one, from the anchor.
-		err := tx.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash)
+		err := tx.QueryRow(ctx, `SELECT seq, hash, id FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash, &lastID)
 		if isNoRows(err) {
 			err = tx.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&lastSeq, &lastHash)
 		}
 		if err != nil && !isNoRows(err) {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL ORDER BY id LIMIT $1`, limit)
+		rows, err := tx.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND id > $2 AND id <= $3 ORDER BY id LIMIT $1`, limit, lastID, fence)
 		if err != nil {
 			return err
 		}

@@ -245,7 +245,12 @@ func (s *Store) flush(ops []*op) {
 	// Completions go one statement each (an UPDATE by primary key; a
 	// set-based UPDATE … FROM unnest costs the database more), claims as
 	// one set-based INSERT; all in one pipeline.
+	// The audit writers' lock first: held by the pipeline's implicit
+	// transaction until its commit.
 	var b pgx.Batch
+	if !s.noAudit {
+		b.Queue(lockAuditWriters)
+	}
 	for _, o := range completes {
 		if s.noAudit {
 			args := completeArgs(o.complete)
@@ -265,7 +270,13 @@ func (s *Store) flush(ops []*op) {
 	var inserted map[string]bool
 	br := s.pool.SendBatch(ctx, &b)
 	var err error
+	if !s.noAudit {
+		_, err = br.Exec()
+	}
 	for i := range completes {
+		if err != nil {
+			break
+		}
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
 			completed[i], err = readAny(rows)

@@ -56,7 +56,7 @@ func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan) (*airlock.Plan,
 		out     *airlock.Plan
 		created bool
 	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.auditTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) ON CONFLICT (key) DO NOTHING`,
 			p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
@@ -157,7 +157,7 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision) (*airlo
 		out  *airlock.Plan
 		fail error
 	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.auditTx(ctx, func(tx pgx.Tx) error {
 		cur, err := scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1 FOR UPDATE`, d.ID))
 		if err != nil {
 			if errors.Is(err, airlock.ErrNotFound) {
@@ -196,7 +196,7 @@ func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision) (*airlo
 // ExpirePlans implements airlock.PlanStore.
 func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error) {
 	var expired []*airlock.Plan
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.auditTx(ctx, func(tx pgx.Tx) error {
 		expired = nil
 		rows, err := tx.Query(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = $1
 			WHERE status = 'awaiting_approval' AND expires_at < $1 RETURNING `+planColumns, now)
@@ -235,7 +235,7 @@ func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.Pla
 		fromText[i] = string(f)
 	}
 	ok := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.auditTx(ctx, func(tx pgx.Tx) error {
 		p, err := scanPlan(tx.QueryRow(ctx, `UPDATE airlock_plans SET status = $2, result = COALESCE($3, result), error = $4, updated_at = $5
 			WHERE id = $1 AND status = ANY($6) RETURNING `+planColumns, id, string(status), nullText(result), errText, now, fromText))
 		if errors.Is(err, airlock.ErrNotFound) {

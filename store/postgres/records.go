@@ -98,17 +98,19 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 
 // claimOne inserts one claim; false when the key is taken.
 func (s *Store) claimOne(ctx context.Context, c *airlock.Claim) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `WITH ins AS (
+	var claimed bool
+	err := s.audited(ctx, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		claimed = tag.RowsAffected() == 1
+		return err
+	}, `WITH ins AS (
 			INSERT INTO airlock_records (`+insertColumns+`)
 			VALUES ($1, $2, $3, $4, 'running', $5, $6, NULL, '', $7, $8, 1, $9, $9, $10)
 			ON CONFLICT (key) DO NOTHING RETURNING key)
 		INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, actor)
 		SELECT $9, 'claimed', $3, $1, $2, $5, $11 FROM ins`,
 		c.Key, c.Tool, c.RunID, c.WindowID, string(c.Args), c.ArgsHash, c.Owner, c.LeaseUntil, c.Now, nullTime(c.ExpiresAt), airlock.ActorOr(c.Actor))
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() == 1, nil
+	return claimed, err
 }
 
 // Complete implements airlock.Store. When a waiter has marked the record
@@ -151,19 +153,18 @@ func (s *Store) Release(ctx context.Context, key, owner string) error {
 // changeAndNotify runs a statement that returns one row per changed record;
 // none means the caller no longer holds the record.
 func (s *Store) changeAndNotify(ctx context.Context, sql string, args ...any) error {
-	rows, err := s.pool.Query(ctx, sql, args...)
+	var changed bool
+	err := s.audited(ctx, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err == nil {
+			changed, err = readAny(rows)
+		}
+		return err
+	}, sql, args...)
 	if err != nil {
 		return err
 	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if n == 0 {
+	if !changed {
 		return airlock.ErrLeaseLost
 	}
 	return nil
@@ -213,13 +214,18 @@ func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note
 
 // TakeOver implements airlock.Store.
 func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*airlock.Record, bool, error) {
-	rec, err := scanRecord(s.pool.QueryRow(ctx, `WITH u AS (
+	var rec *airlock.Record
+	err := s.audited(ctx, func(br pgx.BatchResults) error {
+		var err error
+		rec, err = scanRecord(br.QueryRow())
+		return err
+	}, `WITH u AS (
 			UPDATE airlock_records SET owner = $2, lease_until = $3, attempts = attempts + 1, updated_at = $4
 			WHERE key = $1 AND state = 'running' AND lease_until < $4
 			RETURNING `+recordColumns+`),
 		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, error, actor)
 			SELECT $4, 'redriven', run_id, key, tool, args, 'the lease expired; re-driven with the same key', 'system' FROM u)
-		SELECT `+recordColumns+` FROM u`, key, owner, leaseUntil, now))
+		SELECT `+recordColumns+` FROM u`, key, owner, leaseUntil, now)
 	if err == airlock.ErrNotFound {
 		return nil, false, nil
 	}
@@ -232,7 +238,7 @@ func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil
 // Settle implements airlock.Store.
 func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Record, error) {
 	var rec *airlock.Record
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.auditTx(ctx, func(tx pgx.Tx) error {
 		cur, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = $1 FOR UPDATE`, st.Key))
 		if err == airlock.ErrNotFound {
 			return airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", st.Key)

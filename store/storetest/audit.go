@@ -142,6 +142,95 @@ func RunAudit(t *testing.T, newStore NewStore, exec Exec) {
 			}
 		})
 	}
+	// An unsealed row older than the sealed head was not written by
+	// airlock's insert: one inserted with an id of its choosing, or an
+	// edited row whose seal was removed, is never sealed into the chain.
+	for _, tc := range []struct {
+		name, sql string
+		ok        bool // the chain still verifies (only the forged row is extra)
+	}{
+		{"ForgedRowWithAnOldID", `INSERT INTO airlock_audit (id, at, kind, actor) SELECT -1, at, 'decided', 'mallory' FROM airlock_audit WHERE seq = 1`, true},
+		{"EditedRowUnsealed", `UPDATE airlock_audit SET actor = 'mallory', seq = NULL, prev_hash = NULL, hash = NULL WHERE seq = 3`, false},
+	} {
+		t.Run("RowsOlderThanTheHeadAreNeverSealed/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			fill(t, s, 5)
+			exec(t, s, tc.sql)
+			fill(t, s, 2) // later events are sealed; the old row is not
+			if n, err := s.UnsealedAudit(ctx); err != nil || n != 1 {
+				t.Fatalf("unsealed rows after sealing: %d %v; want the old row alone", n, err)
+			}
+			r, err := audit.Verify(ctx, s)
+			must(t, err)
+			if r.OK != tc.ok || (r.OK && r.Events != 7) || (!r.OK && (r.Problem == nil || r.Problem.Seq != 3)) {
+				t.Fatalf("verify: %+v %+v", r, r.Problem)
+			}
+		})
+	}
+	// Writers commit in another order than their ids; a sealer running
+	// meanwhile must still seal every event and strand none below the head.
+	t.Run("ConcurrentWritersAreAllSealed", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const writers, rounds, burst = 8, 40, 50
+		stop := make(chan struct{})
+		sealed := make(chan error, 1)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					sealed <- nil
+					return
+				default:
+				}
+				if _, err := s.SealAudit(ctx, 1000); err != nil {
+					sealed <- err
+					return
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		for w := range writers {
+			wg.Go(func() {
+				for i := range rounds {
+					var err error
+					if i%2 == 0 {
+						// A burst: its ids are taken one by one while
+						// other writers take theirs and commit.
+						events := make([]*airlock.AuditEvent, burst)
+						for j := range events {
+							events[j] = &airlock.AuditEvent{At: now, Kind: airlock.EventRepeat, RunID: "r", Key: fmt.Sprint("e", w, i, j), Actor: "a"}
+						}
+						err = s.AppendAudit(ctx, events)
+					} else {
+						_, _, err = s.Claim(ctx, claimOf(Key("sealrace"), "o", now, time.Minute))
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(stop)
+		must(t, <-sealed)
+		for {
+			n, err := s.SealAudit(ctx, 100)
+			must(t, err)
+			if n == 0 {
+				break
+			}
+		}
+		r, err := audit.Verify(ctx, s)
+		must(t, err)
+		want := int64(writers * (rounds/2*1 + (rounds+1)/2*burst))
+		if !r.OK || r.Unsealed != 0 || r.Events != want {
+			t.Fatalf("after concurrent writes: %+v %+v; want %d events, all sealed", r, r.Problem, want)
+		}
+	})
 	t.Run("ExpectationsOfAnIntactChainHold", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
