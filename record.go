@@ -169,6 +169,8 @@ type Store interface {
 	AuditStore
 	// FigureStore reads the rollup the sealer keeps.
 	FigureStore
+	// SessionStore keeps the page's sessions.
+	SessionStore
 	// Migrate applies the embedded migrations.
 	Migrate(ctx context.Context) error
 	// Ping checks the database is reachable and migrated.

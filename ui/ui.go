@@ -14,6 +14,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -81,35 +82,28 @@ type Store interface {
 	ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error)
 	AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error)
 	metrics.Source
-}
-
-type session struct {
-	p       Principal
-	csrf    string
-	expires time.Time
-	flash   string // the message the next page shows once (under UI.mu)
+	airlock.SessionStore
 }
 
 // setFlash keeps a message for the session's next page: messages travel
 // in the session, never in the URL, so that a link cannot put its own
 // words in airlock's alert box.
-func (u *UI) setFlash(s *session, msg string) {
-	u.mu.Lock()
-	s.flash = msg
-	u.mu.Unlock()
+func (u *UI) setFlash(r *http.Request, s *airlock.PageSession, msg string) {
+	if err := u.cfg.Store.SetSessionFlash(r.Context(), s.ID, msg); err != nil {
+		u.log.Error("airlock ui: keeping a message for the next page", "err", err)
+	}
 }
 
 // popFlash is the message kept for this page, once.
 func (u *UI) popFlash(r *http.Request) string {
 	s := sessionOf(r)
-	if s == nil {
+	if s == nil || s.Flash == "" {
 		return ""
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	msg := s.flash
-	s.flash = ""
-	return msg
+	if err := u.cfg.Store.SetSessionFlash(r.Context(), s.ID, ""); err != nil {
+		u.log.Error("airlock ui: clearing the page's message", "err", err)
+	}
+	return s.Flash
 }
 
 // UI serves /ui/.
@@ -118,9 +112,8 @@ type UI struct {
 	tmpl map[string]*template.Template
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	sessions map[string]*session
-	preKey   []byte // MACs the pre-session tokens this process made
+	mu     sync.Mutex
+	preKey []byte // MACs the pre-session tokens; shared by every replica (Store.Secret)
 }
 
 const cookieName = "airlock_session"
@@ -130,10 +123,7 @@ func New(cfg Config) (*UI, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
 	}
-	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger, sessions: map[string]*session{}, preKey: make([]byte, 32)}
-	if _, err := rand.Read(u.preKey); err != nil {
-		return nil, err
-	}
+	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger}
 	if u.log == nil {
 		u.log = slog.Default()
 	}
@@ -255,25 +245,34 @@ func randomHex(n int) string {
 
 type ctxKey struct{}
 
-func (u *UI) current(r *http.Request) (*session, string) {
+// sessionKey is what the store keeps of a session cookie's value.
+func sessionKey(cookie string) string {
+	sum := sha256.Sum256([]byte(cookie))
+	return hex.EncodeToString(sum[:])
+}
+
+// current is the request's session, nil when it has none (or it expired,
+// or was signed out on any replica).
+func (u *UI) current(r *http.Request) (*airlock.PageSession, error) {
 	c, err := r.Cookie(cookieName)
-	if err != nil {
-		return nil, ""
+	if err != nil || c.Value == "" {
+		return nil, nil
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	s, ok := u.sessions[c.Value]
-	if !ok || time.Now().After(s.expires) {
-		delete(u.sessions, c.Value)
-		return nil, ""
+	s, err := u.cfg.Store.GetSession(r.Context(), sessionKey(c.Value), time.Now())
+	if errors.Is(err, airlock.ErrNotFound) {
+		return nil, nil
 	}
-	return s, c.Value
+	return s, err
 }
 
 // signed sends visitors without a session to the sign-in page.
 func (u *UI) signed(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s, _ := u.current(r)
+		s, err := u.current(r)
+		if err != nil {
+			u.fail(w, r, err)
+			return
+		}
 		if s == nil {
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
@@ -283,7 +282,7 @@ func (u *UI) signed(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		ctx := context.WithValue(r.Context(), ctxKey{}, s)
-		ctx = airlock.WithActor(ctx, s.p.Name)
+		ctx = airlock.WithActor(ctx, s.Name)
 		next(w, r.WithContext(ctx))
 	}
 }
@@ -308,14 +307,17 @@ func (u *UI) secure(r *http.Request) bool {
 	return r.TLS != nil
 }
 
-func sessionOf(r *http.Request) *session { s, _ := r.Context().Value(ctxKey{}).(*session); return s }
+func sessionOf(r *http.Request) *airlock.PageSession {
+	s, _ := r.Context().Value(ctxKey{}).(*airlock.PageSession)
+	return s
+}
 
 // csrf refuses a form without the session's token.
 func (u *UI) csrf(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := sessionOf(r)
 		got := r.PostFormValue("csrf")
-		if s == nil || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) != 1 {
+		if s == nil || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRF)) != 1 {
 			u.render(w, r, http.StatusForbidden, "signin", "Refused", nil, "The form is missing its CSRF token or it does not match your session. Reload the page and try again.")
 			return
 		}
@@ -326,7 +328,7 @@ func (u *UI) csrf(next http.HandlerFunc) http.HandlerFunc {
 func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data map[string]any, flash string) {
 	d := map[string]any{"Title": title, "Flash": flash}
 	if s := sessionOf(r); s != nil {
-		d["Principal"], d["CSRF"], d["Admin"] = &Principal{s.p.Name, s.p.Role}, s.csrf, s.p.Role == airlock.RoleAdmin
+		d["Principal"], d["CSRF"], d["Admin"] = &Principal{s.Name, s.Role}, s.CSRF, s.Role == airlock.RoleAdmin
 	} else if pre, ok := u.preToken(r); ok {
 		d["CSRF"] = pre
 	}
@@ -345,26 +347,59 @@ func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
 	// The cookie carries it with the server's MAC, so that a value the
 	// client made up is not taken for one.
 	pre := randomHex(16)
-	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre + "." + u.preMAC(pre), Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.secure(r), MaxAge: 600})
+	mac, err := u.preMAC(r.Context(), pre)
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre + "." + mac, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.secure(r), MaxAge: 600})
 	u.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"CSRF": pre}, "")
 }
 
-// preMAC is the server's MAC of a pre-session token.
-func (u *UI) preMAC(pre string) string {
-	m := hmac.New(sha256.New, u.preKey)
-	m.Write([]byte(pre))
-	return hex.EncodeToString(m.Sum(nil))
+// key is the MAC key of the pre-session tokens, the same on every replica
+// (kept in the store; the first replica's wins).
+func (u *UI) key(ctx context.Context) ([]byte, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.preKey != nil {
+		return u.preKey, nil
+	}
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, err
+	}
+	k, err := u.cfg.Store.Secret(ctx, "ui_pre_sign_in", fresh)
+	if err != nil {
+		return nil, err
+	}
+	u.preKey = k
+	return k, nil
 }
 
-// preToken is the pre-session token of the request's cookie, when the
-// server made it.
+// preMAC is the server's MAC of a pre-session token.
+func (u *UI) preMAC(ctx context.Context, pre string) (string, error) {
+	k, err := u.key(ctx)
+	if err != nil {
+		return "", err
+	}
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte(pre))
+	return hex.EncodeToString(m.Sum(nil)), nil
+}
+
+// preToken is the pre-session token of the request's cookie, when a
+// replica made it.
 func (u *UI) preToken(r *http.Request) (string, bool) {
 	c, err := r.Cookie("airlock_pre")
 	if err != nil {
 		return "", false
 	}
 	pre, mac, ok := strings.Cut(c.Value, ".")
-	if !ok || pre == "" || !hmac.Equal([]byte(mac), []byte(u.preMAC(pre))) {
+	if !ok || pre == "" {
+		return "", false
+	}
+	want, err := u.preMAC(r.Context(), pre)
+	if err != nil || !hmac.Equal([]byte(mac), []byte(want)) {
 		return "", false
 	}
 	return pre, true
@@ -399,20 +434,30 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "Agent tokens cannot sign in; use an approver or admin token.")
 		return
 	}
-	id := randomHex(32)
-	u.mu.Lock()
-	u.sessions[id] = &session{p: p, csrf: randomHex(16), expires: time.Now().Add(u.cfg.SessionTTL)}
-	u.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: u.secure(r), Expires: time.Now().Add(u.cfg.SessionTTL)})
+	u.startSession(w, r, p, "")
+}
+
+// startSession signs p in: a new session in the store, its cookie sent.
+func (u *UI) startSession(w http.ResponseWriter, r *http.Request, p Principal, subject string) {
+	value := randomHex(32)
+	now := time.Now().UTC()
+	err := u.cfg.Store.CreateSession(r.Context(), &airlock.PageSession{ID: sessionKey(value), Name: p.Name, Role: p.Role, Subject: subject,
+		CSRF: randomHex(16), CreatedAt: now, ExpiresAt: now.Add(u.cfg.SessionTTL)})
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: u.secure(r), Expires: now.Add(u.cfg.SessionTTL)})
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 }
 
 func (u *UI) signout(w http.ResponseWriter, r *http.Request) {
-	if _, id := u.current(r); id != "" {
-		u.mu.Lock()
-		delete(u.sessions, id)
-		u.mu.Unlock()
+	if s := sessionOf(r); s != nil {
+		if err := u.cfg.Store.DeleteSession(r.Context(), s.ID); err != nil {
+			u.fail(w, r, err)
+			return
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.secure(r)})
 	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
@@ -458,7 +503,7 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := ""
 	if _, err := u.cfg.Plans.Decide(r.Context(), airlock.PlanDecision{
-		ID: id, Approve: action == "approve", By: s.p.Name, Role: s.p.Role, Reason: r.PostFormValue("reason"), DecisionHash: r.PostFormValue("decision_hash"),
+		ID: id, Approve: action == "approve", By: s.Name, Role: s.Role, Reason: r.PostFormValue("reason"), DecisionHash: r.PostFormValue("decision_hash"),
 	}); err != nil {
 		var e *airlock.Error
 		if errorsAs(err, &e) {
@@ -468,7 +513,7 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if msg != "" {
-		u.setFlash(s, msg)
+		u.setFlash(r, s, msg)
 	}
 	http.Redirect(w, r, "/ui/plans/"+url.PathEscape(id), http.StatusSeeOther)
 }
@@ -567,7 +612,7 @@ func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
 	msg := "Settled."
 	_, err := u.cfg.Guard.Settle(r.Context(), airlock.SettleRequest{
 		Key: r.PathValue("key"), Happened: r.PostFormValue("happened") == "true",
-		Result: json.RawMessage(strings.TrimSpace(r.PostFormValue("result"))), Note: r.PostFormValue("note"), By: s.p.Name, Role: s.p.Role,
+		Result: json.RawMessage(strings.TrimSpace(r.PostFormValue("result"))), Note: r.PostFormValue("note"), By: s.Name, Role: s.Role,
 	})
 	if err != nil {
 		var e *airlock.Error
@@ -581,7 +626,7 @@ func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	u.setFlash(s, msg)
+	u.setFlash(r, s, msg)
 	http.Redirect(w, r, "/ui/in-doubt", http.StatusSeeOther)
 }
 
@@ -642,4 +687,30 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 		charts = append(charts, byTool[name])
 	}
 	u.render(w, r, http.StatusOK, "watch", "What to watch", map[string]any{"Reports": reports, "Charts": charts}, "")
+}
+
+// RunPurge deletes expired sessions every interval until ctx ends (they
+// are refused once expired whether purged or not).
+func (u *UI) RunPurge(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := u.cfg.Store.PurgeSessions(ctx, time.Now(), 1000)
+			if err != nil {
+				if ctx.Err() == nil {
+					u.log.Warn("airlock ui: purging expired sessions", "err", err)
+				}
+				break
+			}
+			if n < 1000 {
+				break
+			}
+		}
+	}
 }

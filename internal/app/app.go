@@ -117,6 +117,7 @@ type App struct {
 	cfg       Config
 	log       *slog.Logger
 	upstreams map[string]upstream.Caller
+	web       *ui.UI
 	closers   []func() error // upstream clients
 	commits   commitQueue
 
@@ -207,7 +208,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Refused: func(kind string) { a.Metrics.AuthRefused.WithLabelValues(kind).Inc() },
 	})
 	proxies := gateway.Proxies(m.Auth.TrustedPrefixes())
-	web, err := ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
+	a.web, err = ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
 		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			p, ok := gateway.Authenticate(tokens, token)
@@ -218,7 +219,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	}
 	if a.Gateway, err = gateway.New(gateway.Config{
 		Manifest: m, Guard: a.Guard, Store: a.Store, Upstreams: a.upstreams, Funcs: cfg.Funcs, Tokens: tokens, Logger: a.log,
-		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: web.Handler(),
+		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: a.web.Handler(),
 		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
 		MCPSessionIdle: m.Limits.MCPSessionIdle.Duration, MCPSessionsPerToken: m.Limits.MCPSessionsPerToken,
 		BodyTimeout: m.Limits.BodyTimeout.Duration, Throttle: throttle, TrustedProxies: proxies,
@@ -384,6 +385,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.loop(func() { a.Guard.RunReaper(loopCtx, reapEvery) })
 	a.loop(func() { a.Plans.RunExpiry(loopCtx, expireEvery) })
 	a.loop(func() { audit.RunSealer(loopCtx, a.Store, sealEvery, a.log, a.sealed) })
+	a.loop(func() { a.web.RunPurge(loopCtx, time.Minute) })
 	a.loop(func() {
 		audit.RunRetention(loopCtx, a.Store, audit.Retention{
 			Audit: a.Manifest.Retention.AuditOr(), Figures: a.Manifest.Retention.FiguresOr(),

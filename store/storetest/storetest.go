@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Plans", func(t *testing.T) { t.Parallel(); runPlans(t, newStore) })
 	t.Run("AuditEvents", func(t *testing.T) { t.Parallel(); RunAuditEvents(t, newStore) })
 	t.Run("Figures", func(t *testing.T) { t.Parallel(); RunFigures(t, newStore) })
+	t.Run("Sessions", func(t *testing.T) { t.Parallel(); RunSessions(t, newStore) })
 }
 
 var keySeq atomic.Int64

@@ -1,0 +1,84 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/airlockhq/airlock"
+)
+
+// CreateSession implements airlock.SessionStore.
+func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) error {
+	if err := ps.Validate(); err != nil {
+		return err
+	}
+	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, micros(ps.CreatedAt), micros(ps.ExpiresAt))
+		return err
+	})
+}
+
+// GetSession implements airlock.SessionStore.
+func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airlock.PageSession, error) {
+	var ps airlock.PageSession
+	var created, expires int64
+	err := s.read.QueryRowContext(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at
+		FROM airlock_sessions WHERE id = ? AND expires_at > ?`, id, micros(now)).
+		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &created, &expires)
+	if err == sql.ErrNoRows {
+		return nil, airlock.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	ps.CreatedAt, ps.ExpiresAt = fromMicros(created), fromMicros(expires)
+	return &ps, nil
+}
+
+// DeleteSession implements airlock.SessionStore.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM airlock_sessions WHERE id = ?`, id)
+		return err
+	})
+}
+
+// SetSessionFlash implements airlock.SessionStore.
+func (s *Store) SetSessionFlash(ctx context.Context, id, flash string) error {
+	if err := airlock.CheckText("flash", flash); err != nil {
+		return err
+	}
+	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE airlock_sessions SET flash = ? WHERE id = ?`, flash, id)
+		return err
+	})
+}
+
+// PurgeSessions implements airlock.SessionStore.
+func (s *Store) PurgeSessions(ctx context.Context, now time.Time, limit int) (int, error) {
+	var n int64
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_sessions WHERE id IN (
+			SELECT id FROM airlock_sessions WHERE expires_at <= ? LIMIT ?)`, micros(now), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// Secret implements airlock.SessionStore.
+func (s *Store) Secret(ctx context.Context, name string, fresh []byte) ([]byte, error) {
+	var v []byte
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, name, fresh); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT value FROM airlock_secrets WHERE name = ?`, name).Scan(&v)
+	})
+	return v, err
+}
