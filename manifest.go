@@ -1,9 +1,11 @@
 package airlock
 
 import (
+	"cmp"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -246,6 +248,102 @@ type Auth struct {
 	// attempts are counted by, and for marking the page's cookies Secure.
 	// Default: none (the connection's own address; Secure only over TLS).
 	TrustedProxies []string `yaml:"trusted_proxies" json:"trusted_proxies,omitempty"`
+	// OIDC signs people in to the page through the company's OpenID
+	// Connect provider. Default: none (the page takes tokens only).
+	OIDC *OIDCSpec `yaml:"oidc" json:"oidc,omitempty"`
+}
+
+// OIDCSpec configures sign-in to the page with OpenID Connect
+// (authorization code with PKCE).
+type OIDCSpec struct {
+	// Issuer is the provider's issuer URL (its discovery document is at
+	// ISSUER/.well-known/openid-configuration). Required; https unless
+	// the host is loopback.
+	Issuer string `yaml:"issuer" json:"issuer"`
+	// ClientID is airlock's client at the provider. Required.
+	ClientID string `yaml:"client_id" json:"client_id"`
+	// ClientSecretEnv names the environment variable holding the client's
+	// secret. Required (airlock is a confidential client).
+	ClientSecretEnv string `yaml:"client_secret_env" json:"client_secret_env"`
+	// RedirectURL is the callback registered at the provider: airlock's
+	// public URL followed by /ui/oidc/callback. Required.
+	RedirectURL string `yaml:"redirect_url" json:"redirect_url"`
+	// Scopes asked for. Default [openid, email, profile]; add the scope
+	// that puts RolesClaim in the ID token when the provider needs one
+	// (often "groups").
+	Scopes []string `yaml:"scopes" json:"scopes,omitempty"`
+	// NameClaim is the claim that names the person in the audit log, the
+	// decisions and the settlements. Default "email" (it must then be
+	// verified); when absent, preferred_username, then the subject.
+	NameClaim string `yaml:"name_claim" json:"name_claim,omitempty"`
+	// RolesClaim is the claim (a string or a list of strings, such as
+	// the groups) looked up in Roles. Default "groups".
+	RolesClaim string `yaml:"roles_claim" json:"roles_claim,omitempty"`
+	// Roles maps a value of RolesClaim to approver or admin; a person
+	// with several gets the highest, one with none is refused. Required.
+	Roles map[string]string `yaml:"roles" json:"roles"`
+	// Label is the sign-in button's text. Default "Sign in with single
+	// sign-on".
+	Label string `yaml:"label" json:"label,omitempty"`
+}
+
+// ScopesOr returns the scopes asked for, openid always among them.
+func (o *OIDCSpec) ScopesOr() []string {
+	if len(o.Scopes) == 0 {
+		return []string{"openid", "email", "profile"}
+	}
+	if slices.Contains(o.Scopes, "openid") {
+		return o.Scopes
+	}
+	return append([]string{"openid"}, o.Scopes...)
+}
+
+// NameClaimOr is NameClaim or its default.
+func (o *OIDCSpec) NameClaimOr() string { return cmp.Or(o.NameClaim, "email") }
+
+// RolesClaimOr is RolesClaim or its default.
+func (o *OIDCSpec) RolesClaimOr() string { return cmp.Or(o.RolesClaim, "groups") }
+
+// LabelOr is Label or its default.
+func (o *OIDCSpec) LabelOr() string { return cmp.Or(o.Label, "Sign in with single sign-on") }
+
+// OIDCCallbackPath is where the provider sends the person back.
+const OIDCCallbackPath = "/ui/oidc/callback"
+
+func (o *OIDCSpec) validate(v *validator) {
+	const p = "auth.oidc"
+	if u, err := url.Parse(o.Issuer); o.Issuer == "" {
+		v.add(p+".issuer", "required: the provider's issuer URL")
+	} else if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
+		v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", o.Issuer)
+	}
+	if o.ClientID == "" {
+		v.add(p+".client_id", "required: airlock's client id at the provider")
+	}
+	if o.ClientSecretEnv == "" {
+		v.add(p+".client_secret_env", "required: the environment variable holding the client's secret")
+	}
+	if u, err := url.Parse(o.RedirectURL); o.RedirectURL == "" {
+		v.add(p+".redirect_url", "required: airlock's public URL followed by %s", OIDCCallbackPath)
+	} else if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.Path != OIDCCallbackPath {
+		v.add(p+".redirect_url", "%q is not an http(s) URL ending in %s", o.RedirectURL, OIDCCallbackPath)
+	}
+	if len(o.Roles) == 0 {
+		v.add(p+".roles", "required: which values of the %s claim make an approver or an admin", o.RolesClaimOr())
+	}
+	for _, value := range slices.Sorted(maps.Keys(o.Roles)) {
+		if role := o.Roles[value]; role != RoleApprover && role != RoleAdmin {
+			v.add(fmt.Sprintf("%s.roles[%q]", p, value), "%q is not a role the page has: want approver or admin", role)
+		}
+	}
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.IsLoopback()
 }
 
 // TrustedPrefixes are TrustedProxies parsed (each IP a single-address
@@ -566,6 +664,9 @@ func (c *Calendar) validate(v *validator) {
 }
 
 func (a *Auth) validate(v *validator) {
+	if a.OIDC != nil {
+		a.OIDC.validate(v)
+	}
 	for i, p := range a.TrustedProxies {
 		if _, err := parseProxy(p); err != nil {
 			v.add(fmt.Sprintf("auth.trusted_proxies[%d]", i), "%q is not an IP address or a CIDR prefix (such as 10.0.0.0/8)", p)

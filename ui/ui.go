@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/policy"
@@ -53,6 +54,12 @@ type Config struct {
 	Reconcile interface {
 		Ask(ctx context.Context, rec *airlock.Record) (*airlock.Reconciliation, error)
 	}
+	// SSO signs people in through an OpenID Connect provider
+	// (auth/oidc.Login). Default: none (tokens only).
+	SSO SSO
+	// SSOLabel is the sign-in button's text. Default "Sign in with
+	// single sign-on".
+	SSOLabel string
 	// SessionTTL is how long a sign-in lasts. Default 8h.
 	SessionTTL time.Duration
 	// Throttle slows down guessing at sign-in per client address (the
@@ -66,6 +73,12 @@ type Config struct {
 	Secure     func(*http.Request) bool
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// SSO is a sign-in through an identity provider (auth/oidc.Login).
+type SSO interface {
+	Start(ctx context.Context) (string, oidc.Flow, error)
+	Finish(ctx context.Context, f oidc.Flow, code string) (oidc.Identity, error)
 }
 
 // Throttle is what the sign-in asks before and tells after an attempt
@@ -122,6 +135,9 @@ const cookieName = "airlock_session"
 func New(cfg Config) (*UI, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
+	}
+	if cfg.SSOLabel == "" {
+		cfg.SSOLabel = "Sign in with single sign-on"
 	}
 	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger}
 	if u.log == nil {
@@ -213,6 +229,10 @@ func (u *UI) Handler() http.Handler {
 	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /ui/signin", u.signinPage)
 	mux.HandleFunc("POST /ui/signin", u.signin)
+	if u.cfg.SSO != nil {
+		mux.HandleFunc("GET /ui/oidc/start", u.ssoStart)
+		mux.HandleFunc("GET "+airlock.OIDCCallbackPath, u.ssoCallback)
+	}
 	mux.HandleFunc("POST /ui/signout", u.signed(u.csrf(u.signout)))
 	mux.HandleFunc("GET /ui/{$}", u.signed(u.queue))
 	mux.HandleFunc("GET /ui/plans/{id}", u.signed(u.planPage))
@@ -332,6 +352,9 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 	} else if pre, ok := u.preToken(r); ok {
 		d["CSRF"] = pre
 	}
+	if u.cfg.SSO != nil && page == "signin" {
+		d["SSO"] = u.cfg.SSOLabel
+	}
 	for k, v := range data {
 		d[k] = v
 	}
@@ -434,22 +457,25 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "Agent tokens cannot sign in; use an approver or admin token.")
 		return
 	}
-	u.startSession(w, r, p, "")
+	if u.startSession(w, r, p, "") {
+		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+	}
 }
 
-// startSession signs p in: a new session in the store, its cookie sent.
-func (u *UI) startSession(w http.ResponseWriter, r *http.Request, p Principal, subject string) {
+// startSession signs p in: a new session in the store, its cookie set.
+// On false the answer (an error page) has been sent.
+func (u *UI) startSession(w http.ResponseWriter, r *http.Request, p Principal, subject string) bool {
 	value := randomHex(32)
 	now := time.Now().UTC()
 	err := u.cfg.Store.CreateSession(r.Context(), &airlock.PageSession{ID: sessionKey(value), Name: p.Name, Role: p.Role, Subject: subject,
 		CSRF: randomHex(16), CreatedAt: now, ExpiresAt: now.Add(u.cfg.SessionTTL)})
 	if err != nil {
 		u.fail(w, r, err)
-		return
+		return false
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: u.secure(r), Expires: now.Add(u.cfg.SessionTTL)})
-	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+	return true
 }
 
 func (u *UI) signout(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
@@ -208,8 +210,17 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Refused: func(kind string) { a.Metrics.AuthRefused.WithLabelValues(kind).Inc() },
 	})
 	proxies := gateway.Proxies(m.Auth.TrustedPrefixes())
+	var sso ui.SSO
+	ssoLabel := ""
+	if o := m.Auth.OIDC; o != nil {
+		secret := os.Getenv(o.ClientSecretEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("auth.oidc.client_secret_env: environment variable %s is not set", o.ClientSecretEnv)
+		}
+		sso, ssoLabel = oidc.New(oidc.Config{Spec: *o, ClientSecret: secret}), o.LabelOr()
+	}
 	a.web, err = ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
-		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure,
+		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure, SSO: sso, SSOLabel: ssoLabel,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			p, ok := gateway.Authenticate(tokens, token)
 			return ui.Principal{Name: p.Name, Role: p.Role}, ok

@@ -1,0 +1,49 @@
+package oidc_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/auth/oidc"
+)
+
+func TestMapClaims(t *testing.T) {
+	t.Parallel()
+	spec := &airlock.OIDCSpec{Roles: map[string]string{"approvers": airlock.RoleApprover, "admins": airlock.RoleAdmin}}
+	for _, tc := range []struct {
+		name       string
+		spec       *airlock.OIDCSpec
+		claims     map[string]any
+		wantName   string
+		wantRole   string
+		wantRefuse string
+	}{
+		{"approver by email", spec, map[string]any{"email": "ana@x", "email_verified": true, "groups": []any{"staff", "approvers"}}, "ana@x", airlock.RoleApprover, ""},
+		{"the highest role wins", spec, map[string]any{"email": "ana@x", "groups": []any{"admins", "approvers"}}, "ana@x", airlock.RoleAdmin, ""},
+		{"a single string claim", spec, map[string]any{"email": "ana@x", "groups": "approvers"}, "ana@x", airlock.RoleApprover, ""},
+		{"no email: the username", spec, map[string]any{"preferred_username": "ana", "groups": []any{"approvers"}}, "ana", airlock.RoleApprover, ""},
+		{"nothing: the subject", spec, map[string]any{"groups": []any{"approvers"}}, "sub-1", airlock.RoleApprover, ""},
+		{"another name claim", &airlock.OIDCSpec{NameClaim: "name", RolesClaim: "roles", Roles: spec.Roles},
+			map[string]any{"name": "Ana Lima", "email": "ana@x", "email_verified": false, "roles": []any{"admins"}}, "Ana Lima", airlock.RoleAdmin, ""},
+		{"no group", spec, map[string]any{"email": "bob@x", "groups": []any{"staff"}}, "", "", "bob@x is in no group that may use airlock"},
+		{"no groups claim", spec, map[string]any{"email": "bob@x"}, "", "", "in no group"},
+		{"unverified email", spec, map[string]any{"email": "ana@x", "email_verified": false, "groups": []any{"approvers"}}, "", "", "has not verified the email ana@x"},
+		{"a name the log cannot hold", spec, map[string]any{"email": "a\xffb", "groups": []any{"approvers"}}, "", "", "UTF-8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			id, err := oidc.MapClaims(tc.spec, "https://idp", "sub-1", tc.claims)
+			if tc.wantRefuse != "" {
+				if !errors.Is(err, oidc.ErrRefused) || !strings.Contains(err.Error(), tc.wantRefuse) {
+					t.Fatalf("want refused with %q, got %+v %v", tc.wantRefuse, id, err)
+				}
+				return
+			}
+			if err != nil || id.Name != tc.wantName || id.Role != tc.wantRole || id.Subject != "https://idp#sub-1" {
+				t.Fatalf("got %+v %v; want %s %s", id, err, tc.wantName, tc.wantRole)
+			}
+		})
+	}
+}

@@ -1,0 +1,123 @@
+package ui
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/auth/oidc"
+)
+
+// The flow's cookie travels to the provider and back: SameSite=Lax, since
+// the callback is a top-level navigation from the provider's site and a
+// Strict cookie would not be sent with it. Its path is the flow's own.
+const flowCookie = "airlock_oidc"
+
+// flowMAC binds a flow's cookie to the server (every replica's key).
+func (u *UI) flowMAC(ctx context.Context, value string) (string, error) {
+	k, err := u.key(ctx)
+	if err != nil {
+		return "", err
+	}
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte("oidc-flow:" + value))
+	return hex.EncodeToString(m.Sum(nil)), nil
+}
+
+func (u *UI) ssoStart(w http.ResponseWriter, r *http.Request) {
+	to, f, err := u.cfg.SSO.Start(r.Context())
+	if err != nil {
+		u.log.Error("airlock ui: starting a single sign-on", "err", err)
+		u.render(w, r, http.StatusBadGateway, "signin", "Sign in", nil, "The identity provider cannot be reached; try again, or sign in with a token.")
+		return
+	}
+	value := f.State + "." + f.Nonce + "." + f.Verifier
+	mac, err := u.flowMAC(r.Context(), value)
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: value + "." + mac, Path: "/ui/oidc/", HttpOnly: true,
+		SameSite: http.SameSiteLaxMode, Secure: u.secure(r), MaxAge: 600})
+	http.Redirect(w, r, to, http.StatusFound)
+}
+
+// flowOf is the flow of the request's cookie, when a replica made it.
+func (u *UI) flowOf(r *http.Request) (oidc.Flow, bool) {
+	c, err := r.Cookie(flowCookie)
+	if err != nil {
+		return oidc.Flow{}, false
+	}
+	parts := strings.Split(c.Value, ".")
+	if len(parts) != 4 {
+		return oidc.Flow{}, false
+	}
+	want, err := u.flowMAC(r.Context(), strings.Join(parts[:3], "."))
+	if err != nil || !hmac.Equal([]byte(parts[3]), []byte(want)) {
+		return oidc.Flow{}, false
+	}
+	return oidc.Flow{State: parts[0], Nonce: parts[1], Verifier: parts[2]}, true
+}
+
+func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
+	// The flow is used once, whatever happens next.
+	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: "", Path: "/ui/oidc/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: u.secure(r)})
+	q := r.URL.Query()
+	if e := q.Get("error"); e != "" {
+		msg := "The identity provider did not sign you in (" + e + ")."
+		if d := q.Get("error_description"); d != "" {
+			msg = fmt.Sprintf("The identity provider did not sign you in: %s (%s).", d, e)
+		}
+		u.render(w, r, http.StatusUnauthorized, "signin", "Sign in", nil, msg)
+		return
+	}
+	f, ok := u.flowOf(r)
+	if !ok || q.Get("state") == "" || !hmac.Equal([]byte(q.Get("state")), []byte(f.State)) || q.Get("code") == "" {
+		u.render(w, r, http.StatusBadRequest, "signin", "Sign in", nil, "This sign-in expired or was started in another browser. Try again.")
+		return
+	}
+	addr := u.clientAddr(r)
+	if u.cfg.Throttle != nil {
+		if wait := u.cfg.Throttle.Wait(addr, "signin"); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+			u.render(w, r, http.StatusTooManyRequests, "signin", "Sign in", nil, fmt.Sprintf("Too many failed sign-ins from this address; try again in %s.", wait.Round(time.Second)))
+			return
+		}
+	}
+	id, err := u.cfg.SSO.Finish(r.Context(), f, q.Get("code"))
+	if errors.Is(err, oidc.ErrRefused) {
+		if u.cfg.Throttle != nil {
+			u.cfg.Throttle.Fail(addr, "signin")
+		}
+		u.log.Warn("airlock ui: single sign-on refused", "err", err)
+		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, strings.TrimPrefix(err.Error(), oidc.ErrRefused.Error()+": ")+".")
+		return
+	}
+	if err != nil {
+		u.log.Error("airlock ui: finishing a single sign-on", "err", err)
+		u.render(w, r, http.StatusBadGateway, "signin", "Sign in", nil, "The sign-in could not be completed with the identity provider; try again.")
+		return
+	}
+	if u.cfg.Throttle != nil {
+		u.cfg.Throttle.Succeed(addr)
+	}
+	if !u.startSession(w, r, Principal{Name: id.Name, Role: id.Role}, id.Subject) {
+		return
+	}
+	u.log.Info("airlock ui: signed in", "name", id.Name, "role", id.Role, "subject", id.Subject)
+	// A page, not a redirect: this answer ends a navigation that came from
+	// the provider's site, and a browser does not send a SameSite=Strict
+	// cookie along a redirect chain that crossed sites. The page's own
+	// navigation to the queue is same-site.
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = fmt.Fprintf(w, `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/ui/"><title>Signed in</title></head><body><p>Signed in as %s. <a href="/ui/">Continue to the queue</a>.</p></body></html>`,
+		template.HTMLEscapeString(id.Name))
+}
