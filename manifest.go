@@ -251,6 +251,73 @@ type Auth struct {
 	// OIDC signs people in to the page through the company's OpenID
 	// Connect provider. Default: none (the page takes tokens only).
 	OIDC *OIDCSpec `yaml:"oidc" json:"oidc,omitempty"`
+	// Resource is airlock's URL as an OAuth protected resource (RFC 9728):
+	// the URL clients reach /mcp at, such as https://airlock.example.com/mcp.
+	// It is the audience issued tokens must name, and where the metadata
+	// that sends MCP clients to the issuers is published. Required with
+	// Issuers.
+	Resource string `yaml:"resource" json:"resource,omitempty"`
+	// Issuers are the authorization servers whose JWT access tokens
+	// airlock accepts beside the static tokens. Default: none.
+	Issuers []IssuerSpec `yaml:"issuers" json:"issuers,omitempty"`
+}
+
+// IssuerSpec is an authorization server whose JWT access tokens airlock
+// accepts.
+type IssuerSpec struct {
+	// Issuer is the tokens' iss. Required; https unless the host is
+	// loopback.
+	Issuer string `yaml:"issuer" json:"issuer"`
+	// JWKSURL is where its signing keys are published. Default: the
+	// jwks_uri of its discovery document
+	// (ISSUER/.well-known/openid-configuration).
+	JWKSURL string `yaml:"jwks_url" json:"jwks_url,omitempty"`
+	// Audience the tokens must name. Default auth.resource.
+	Audience string `yaml:"audience" json:"audience,omitempty"`
+	// NameClaim names the caller in the audit log. Default "sub".
+	NameClaim string `yaml:"name_claim" json:"name_claim,omitempty"`
+	// RolesClaim is looked up in Roles: a string (split at spaces, as
+	// "scope" is) or a list of strings; a dotted path reaches into an
+	// object (realm_access.roles). Default "roles".
+	RolesClaim string `yaml:"roles_claim" json:"roles_claim,omitempty"`
+	// Roles maps a value of RolesClaim to a role (agent, approver, admin);
+	// a token with several gets the highest.
+	Roles map[string]string `yaml:"roles" json:"roles,omitempty"`
+	// Role is the role of a token none of whose values is in Roles.
+	// Default: none (such a token is refused). Roles or Role is required.
+	Role string `yaml:"role" json:"role,omitempty"`
+	// ClockSkew is how far the issuer's clock may be from airlock's for
+	// exp and nbf. Default 1m.
+	ClockSkew Duration `yaml:"clock_skew" json:"clock_skew,omitempty"`
+}
+
+// AudienceOr is Audience or the resource.
+func (i *IssuerSpec) AudienceOr(resource string) string { return cmp.Or(i.Audience, resource) }
+
+// NameClaimOr is NameClaim or "sub".
+func (i *IssuerSpec) NameClaimOr() string { return cmp.Or(i.NameClaim, "sub") }
+
+// RolesClaimOr is RolesClaim or "roles".
+func (i *IssuerSpec) RolesClaimOr() string { return cmp.Or(i.RolesClaim, "roles") }
+
+// ClockSkewOr is ClockSkew or a minute.
+func (i *IssuerSpec) ClockSkewOr() time.Duration {
+	if i.ClockSkew.Duration > 0 {
+		return i.ClockSkew.Duration
+	}
+	return time.Minute
+}
+
+// ResourceMetadataURL is where the protected resource metadata of
+// resource is published (RFC 9728 section 3.1): the well-known path
+// between the host and the resource's path.
+func ResourceMetadataURL(resource string) string {
+	u, err := url.Parse(resource)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	return u.Scheme + "://" + u.Host + "/.well-known/oauth-protected-resource" + path
 }
 
 // OIDCSpec configures sign-in to the page with OpenID Connect
@@ -666,6 +733,46 @@ func (c *Calendar) validate(v *validator) {
 func (a *Auth) validate(v *validator) {
 	if a.OIDC != nil {
 		a.OIDC.validate(v)
+	}
+	if a.Resource != "" {
+		if u, err := url.Parse(a.Resource); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) || u.RawQuery != "" || u.Fragment != "" {
+			v.add("auth.resource", "%q is not an https URL without query or fragment (http only on a loopback host): want the URL clients reach /mcp at", a.Resource)
+		}
+	} else if len(a.Issuers) > 0 {
+		v.add("auth.resource", "required with auth.issuers: the URL clients reach /mcp at (the audience of issued tokens)")
+	}
+	seenIssuer := map[string]bool{}
+	for i, is := range a.Issuers {
+		p := fmt.Sprintf("auth.issuers[%d]", i)
+		if u, err := url.Parse(is.Issuer); is.Issuer == "" {
+			v.add(p+".issuer", "required: the tokens' iss")
+		} else if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
+			v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", is.Issuer)
+		} else if seenIssuer[is.Issuer] {
+			v.add(p+".issuer", "%q is listed twice", is.Issuer)
+		}
+		seenIssuer[is.Issuer] = true
+		if is.JWKSURL != "" {
+			if u, err := url.Parse(is.JWKSURL); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
+				v.add(p+".jwks_url", "%q is not an https URL (http only on a loopback host)", is.JWKSURL)
+			}
+		}
+		if len(is.Roles) == 0 && is.Role == "" {
+			v.add(p+".roles", "required: which values of the %s claim make an agent, approver or admin (or role: for every token of the issuer)", is.RolesClaimOr())
+		}
+		for _, value := range slices.Sorted(maps.Keys(is.Roles)) {
+			if role := is.Roles[value]; role != RoleAgent && role != RoleApprover && role != RoleAdmin {
+				v.add(fmt.Sprintf("%s.roles[%q]", p, value), "%q is not a role: want agent, approver or admin", role)
+			}
+		}
+		if is.Role != "" && is.Role != RoleAgent && is.Role != RoleApprover && is.Role != RoleAdmin {
+			v.add(p+".role", "%q is not a role: want agent, approver or admin", is.Role)
+		}
+		if is.ClockSkew.err != nil {
+			v.add(p+".clock_skew", "%v", is.ClockSkew.err)
+		} else if is.ClockSkew.Duration < 0 || is.ClockSkew.Duration > 10*time.Minute {
+			v.add(p+".clock_skew", "must be from 0 to 10m, not %s", is.ClockSkew.Duration)
+		}
 	}
 	for i, p := range a.TrustedProxies {
 		if _, err := parseProxy(p); err != nil {

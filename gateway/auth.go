@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,7 +13,11 @@ import (
 	"strings"
 	"time"
 
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/auth/jwt"
 )
 
 // Token is a bearer token the server accepts, kept as the SHA-256 of the token.
@@ -74,7 +79,38 @@ func (g *Gateway) authenticate(r *http.Request) (Principal, error) {
 	if p, ok := Authenticate(g.tokens, raw); ok {
 		return p, nil
 	}
+	raw = strings.TrimSpace(raw)
+	if g.issued != nil && jwt.LooksLikeJWT(raw) {
+		p, err := g.issued.Verify(r.Context(), raw)
+		if err == nil {
+			return Principal(p), nil
+		}
+		if errors.Is(err, jwt.ErrRefused) {
+			return Principal{}, &airlock.Error{Code: airlock.CodeUnauthenticated, Message: "bearer token refused: " + strings.TrimPrefix(err.Error(), jwt.ErrRefused.Error()+": ")}
+		}
+		// The issuer's keys could not be fetched: not the caller's fault.
+		g.log.Error("airlock: verifying an issued token", "err", err)
+		return Principal{}, errIssuerUnreachable
+	}
 	return Principal{}, airlock.Errorf(airlock.CodeUnauthenticated, "unknown bearer token")
+}
+
+// errIssuerUnreachable is a token that could not be verified because its
+// issuer's keys could not be fetched; the caller may try again.
+var errIssuerUnreachable = airlock.Errorf(airlock.CodeUpstream, "the token's issuer could not be reached to fetch its keys; try again")
+
+// challenge is the WWW-Authenticate of a 401 (RFC 6750, RFC 9728): where
+// the protected resource metadata is, and why a token given was refused.
+func (g *Gateway) challenge(err error, tokenGiven bool) string {
+	c := `Bearer realm="airlock"`
+	if g.resource != "" {
+		c += fmt.Sprintf(`, resource_metadata=%q`, airlock.ResourceMetadataURL(g.resource))
+	}
+	var e *airlock.Error
+	if tokenGiven && errors.As(err, &e) {
+		c += fmt.Sprintf(`, error="invalid_token", error_description=%q`, strings.ReplaceAll(e.Message, `"`, `'`))
+	}
+	return c
 }
 
 // Authenticate maps a bearer token to its principal among tokens (the
@@ -100,10 +136,15 @@ func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
 		}
 		p, err := g.authenticate(r)
 		if err != nil {
-			if r.Header.Get("Authorization") != "" {
+			given := r.Header.Get("Authorization") != ""
+			if errors.Is(err, errIssuerUnreachable) {
+				writeError(w, g.log, err)
+				return
+			}
+			if given {
 				g.throttle.Fail(addr, "bearer") // a wrong token, not a missing one
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			w.Header().Set("WWW-Authenticate", g.challenge(err, given))
 			writeError(w, g.log, err)
 			return
 		}
@@ -115,4 +156,25 @@ func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
 		ctx := airlock.WithActor(context.WithValue(r.Context(), principalKey{}, p), p.Name)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// resourceMetadata serves airlock's protected resource metadata (RFC
+// 9728): the resource, the issuers that may give tokens for it, and, for
+// issuers whose roles are scopes, those scopes (a client asks for them).
+func (g *Gateway) resourceMetadata() http.Handler {
+	meta := &oauthex.ProtectedResourceMetadata{Resource: g.resource, ResourceName: "airlock", BearerMethodsSupported: []string{"header"}}
+	var scopes []string
+	for _, is := range g.m.Auth.Issuers {
+		meta.AuthorizationServers = append(meta.AuthorizationServers, is.Issuer)
+		if c := is.RolesClaimOr(); c == "scope" || c == "scp" {
+			for v := range is.Roles {
+				if !slices.Contains(scopes, v) {
+					scopes = append(scopes, v)
+				}
+			}
+		}
+	}
+	slices.Sort(scopes)
+	meta.ScopesSupported = scopes
+	return mcpauth.ProtectedResourceMetadataHandler(meta)
 }

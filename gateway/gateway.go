@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/auth/jwt"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/upstream"
@@ -75,6 +76,10 @@ type Config struct {
 	// Tokens are the accepted bearer tokens. No tokens: every
 	// authenticated route answers 401.
 	Tokens []Token
+	// Issued verifies JWT access tokens of the manifest's auth.issuers,
+	// beside Tokens; with it the protected resource metadata (RFC 9728)
+	// of auth.resource is published and 401s point to it. Default: none.
+	Issued *jwt.Verifier
 	// MaxBody caps request bodies. Default 1 MiB.
 	MaxBody int64
 	// MCPSessionIdle closes an MCP session that has had no request for
@@ -135,6 +140,8 @@ type Gateway struct {
 	callers     map[string]upstream.Caller // by tool name
 	schemas     map[string]*argsSchema
 	tokens      []Token
+	issued      *jwt.Verifier
+	resource    string // auth.resource
 	maxBody     int64
 	log         *slog.Logger
 	mcp         *mcp.Server
@@ -164,7 +171,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
-		tokens: cfg.Tokens, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
+		tokens: cfg.Tokens, issued: cfg.Issued, resource: cfg.Manifest.Auth.Resource, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
 		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI, tracer: cfg.Tracer,
 	}
 	if g.maxBody <= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,16 @@ func (g *Gateway) Handler() http.Handler {
 		mux.Handle("POST /v1/plans/{id}/reject", g.require(readers, g.handleDecide(false)))
 	}
 
+	if g.issued != nil && g.resource != "" {
+		// RFC 9728: where MCP clients learn which authorization servers
+		// issue tokens for airlock. Public, like any discovery document.
+		meta := g.resourceMetadata()
+		u, _ := url.Parse(airlock.ResourceMetadataURL(g.resource))
+		mux.Handle(u.Path, meta)
+		if u.Path != "/.well-known/oauth-protected-resource" {
+			mux.Handle("/.well-known/oauth-protected-resource", meta)
+		}
+	}
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.mcp }, StreamableOptions(g.maxBody, g.idle))
 	// The MCP spec asks servers to check Origin: a browser page on another
 	// origin must not drive the agent's tools.

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/auth/jwt"
 	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/metrics"
@@ -210,6 +211,10 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Refused: func(kind string) { a.Metrics.AuthRefused.WithLabelValues(kind).Inc() },
 	})
 	proxies := gateway.Proxies(m.Auth.TrustedPrefixes())
+	var issued *jwt.Verifier
+	if len(m.Auth.Issuers) > 0 {
+		issued = jwt.New(jwt.Config{Resource: m.Auth.Resource, Issuers: m.Auth.Issuers})
+	}
 	var sso ui.SSO
 	ssoLabel := ""
 	if o := m.Auth.OIDC; o != nil {
@@ -229,7 +234,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		return nil, err
 	}
 	if a.Gateway, err = gateway.New(gateway.Config{
-		Manifest: m, Guard: a.Guard, Store: a.Store, Upstreams: a.upstreams, Funcs: cfg.Funcs, Tokens: tokens, Logger: a.log,
+		Manifest: m, Guard: a.Guard, Store: a.Store, Upstreams: a.upstreams, Funcs: cfg.Funcs, Tokens: tokens, Issued: issued, Logger: a.log,
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: a.web.Handler(),
 		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
 		MCPSessionIdle: m.Limits.MCPSessionIdle.Duration, MCPSessionsPerToken: m.Limits.MCPSessionsPerToken,
