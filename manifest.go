@@ -72,6 +72,12 @@ type Notify struct {
 	// Webhook receives a JSON POST (with a Slack-compatible "text" field)
 	// when a plan waits for a person. Default: none.
 	Webhook string `yaml:"webhook" json:"webhook,omitempty"`
+	// SecretEnv names the environment variable holding the secret the
+	// webhook's body is signed with (HMAC-SHA256, header
+	// X-Airlock-Signature: sha256=HEX), so that the receiver can tell
+	// airlock's notices from anyone's. Default: none (unsigned; serve
+	// warns).
+	SecretEnv string `yaml:"secret_env" json:"secret_env,omitempty"`
 }
 
 // Retention says how long airlock keeps what it writes; purges run in the

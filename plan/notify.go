@@ -3,53 +3,116 @@ package plan
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/airlockhq/airlock"
 )
 
-// notifyAttempts and notifyBackoff bound the webhook's retries: 1s, 2s,
-// 4s, 8s between five attempts.
+// Webhook notices. The store enqueues one, in the transaction that creates
+// a plan waiting for a person, on the commit queue (River): it survives
+// restarts, is retried with backoff, and one replica sends it. A replica
+// that dies while sending leaves the job to be rescued and sent again, so a
+// receiver may see one notice twice: it carries an event id to deduplicate
+// on, and an HMAC signature over the body.
+
+// Webhook headers.
 const (
-	notifyAttempts = 5
-	notifyBackoff  = time.Second
+	HeaderEventID    = "X-Airlock-Event-Id"  // the same on every delivery of one notice
+	HeaderEvent      = "X-Airlock-Event"     // what happened: EventPlanWaiting
+	HeaderSignature  = "X-Airlock-Signature" // "sha256=" and the hex HMAC-SHA256 of the body with notify.secret_env
+	EventPlanWaiting = "plan_waiting"
 )
 
-// notifyWaiting announces a plan that waits for a person, retrying with
-// backoff in the background. It is best effort: a restart drops pending
-// retries (the plan is still in the queue and on the approvers' page).
-func (s *Service) notifyWaiting(p *airlock.Plan) {
+// NoticeEventID is the event id of the notice that plan p waits for a
+// person.
+func NoticeEventID(planID string) string { return EventPlanWaiting + "/" + planID }
+
+// Sign is the signature header's value of body with secret.
+func Sign(secret, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// WebhookError is a webhook that did not take a notice; RetryAfter is the
+// wait it asked for (Retry-After), if any.
+type WebhookError struct {
+	Status     int
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *WebhookError) Error() string {
+	if e.Err != nil {
+		return "webhook: " + e.Err.Error()
+	}
+	return fmt.Sprintf("webhook answered %d", e.Status)
+}
+
+func (e *WebhookError) Unwrap() error { return e.Err }
+
+// Announce sends the notice that plan planID waits for a person (the
+// commit queue's notice job calls it). A plan decided or expired since is
+// not announced any more. An error means "try again later".
+func (s *Service) Announce(ctx context.Context, planID string) error {
 	url := s.cfg.Manifest.Notify.Webhook
 	if url == "" {
-		return
+		return nil // the webhook was removed since the notice was queued
 	}
-	payload := map[string]any{
+	p, err := s.cfg.Store.GetPlan(ctx, planID)
+	if errors.Is(err, airlock.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.Status != airlock.PlanAwaitingApproval {
+		s.log.Info("airlock: plan no longer waits; its notice is not sent", "plan", p.ID, "status", p.Status)
+		return nil
+	}
+	id := NoticeEventID(p.ID)
+	body, _ := json.Marshal(map[string]any{
+		"event_id": id,
+		"event":    EventPlanWaiting,
 		"text": fmt.Sprintf("airlock: plan %s for %s waits for a person (rule %s). Arguments: %s. Facts: %s. Expires %s.",
 			p.ID, p.Tool, ruleOrNone(p.Rule), p.Args, factsOrNone(p), p.ExpiresAt.Format(time.RFC3339)),
 		"plan": p,
+	})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return &WebhookError{Err: err}
 	}
-	body, _ := json.Marshal(payload)
-	s.notifying.Add(1)
-	go func() {
-		defer s.notifying.Done()
-		wait := notifyBackoff
-		for attempt := 1; attempt <= notifyAttempts; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := post(ctx, s.webhook, url, body)
-			cancel()
-			if err == nil {
-				return
-			}
-			s.log.Warn("airlock: plan webhook failed", "plan", p.ID, "attempt", attempt, "err", err)
-			if attempt < notifyAttempts {
-				time.Sleep(wait)
-				wait *= 2
-			}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderEventID, id)
+	req.Header.Set(HeaderEvent, EventPlanWaiting)
+	if len(s.cfg.NotifySecret) > 0 {
+		req.Header.Set(HeaderSignature, Sign(s.cfg.NotifySecret, body))
+	}
+	resp, err := s.webhook.Do(req)
+	if err != nil {
+		s.log.Warn("airlock: plan webhook failed", "plan", p.ID, "err", err)
+		return &WebhookError{Err: err}
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		e := &WebhookError{Status: resp.StatusCode}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			e.RetryAfter = time.Duration(secs) * time.Second
 		}
-	}()
+		s.log.Warn("airlock: plan webhook refused the notice", "plan", p.ID, "status", resp.StatusCode)
+		return e
+	}
+	return nil
 }
 
 func ruleOrNone(r string) string {
@@ -68,23 +131,3 @@ func factsOrNone(p *airlock.Plan) string {
 	}
 	return string(p.Facts)
 }
-
-func post(ctx context.Context, c *http.Client, url string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("webhook answered %d", resp.StatusCode)
-	}
-	return nil
-}
-
-// Wait waits for pending notifications (tests, shutdown).
-func (s *Service) Wait() { s.notifying.Wait() }

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -61,16 +60,18 @@ type Config struct {
 	Tracer airlock.Tracer
 	// MaxRunIDBytes caps a plan's run id. Default airlock.DefaultMaxRunIDBytes.
 	MaxRunIDBytes int
+	// NotifySecret signs webhook notices (HeaderSignature). Default: none
+	// (unsigned).
+	NotifySecret []byte
 }
 
 // Service runs plans.
 type Service struct {
-	notifying sync.WaitGroup
-	webhook   *http.Client
-	cfg       Config
-	policies  map[string]*policy.Policy
-	clock     airlock.Clock
-	log       *slog.Logger
+	webhook  *http.Client
+	cfg      Config
+	policies map[string]*policy.Policy
+	clock    airlock.Clock
+	log      *slog.Logger
 }
 
 // New compiles the rules and returns the service.
@@ -190,9 +191,6 @@ func (s *Service) propose(ctx context.Context, tool *airlock.Tool, args *airlock
 	}
 	if created && s.cfg.Observer != nil {
 		s.cfg.Observer.Planned(stored.Tool, stored.Decision)
-	}
-	if created && stored.Status == airlock.PlanAwaitingApproval {
-		s.notifyWaiting(stored)
 	}
 	return stored, !created, nil
 }

@@ -2,8 +2,13 @@ package plan_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -398,18 +403,26 @@ func TestPlans(t *testing.T) {
 	}
 }
 
-func TestWebhookAnnouncesPlansWaitingForAPerson(t *testing.T) {
+// A notice is signed over its body with the configured secret and carries
+// an event id that is the same on every delivery; a webhook's refusal is an
+// error that says how long it asked to wait; a plan decided meanwhile is
+// not announced.
+func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int64
-	got := make(chan map[string]any, 8)
+	type delivery struct {
+		header http.Header
+		body   []byte
+	}
+	var refuse atomic.Bool
+	got := make(chan delivery, 8)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1) <= 2 {
-			w.WriteHeader(http.StatusServiceUnavailable) // retried with backoff
+		if refuse.Load() {
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		got <- body
+		b, _ := io.ReadAll(r.Body)
+		got <- delivery{r.Header.Clone(), b}
 	}))
 	defer hook.Close()
 	m, _ := withdrawals.Manifest()
@@ -423,32 +436,52 @@ func TestWebhookAnnouncesPlansWaitingForAPerson(t *testing.T) {
 	g := airlock.NewGuard(s, nil)
 	defer g.Close()
 	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000}, approvals: map[string]int{}}
-	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: g, Callers: l.caller})
+	secret := []byte("hook-secret")
+	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: g, Callers: l.caller, NotifySecret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := svc.Propose(context.Background(), m.Tool("approve_withdrawal"), args("WD-BIG"), "run-1")
-	if err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	p, _, err := svc.Propose(ctx, m.Tool("approve_withdrawal"), args("WD-BIG"), "run-1")
+	if err != nil || p.Status != airlock.PlanAwaitingApproval {
+		t.Fatalf("propose: %+v %v", p, err)
 	}
-	select {
-	case body := <-got:
+	for range 2 { // two deliveries of one notice: the same event id
+		if err := svc.Announce(ctx, p.ID); err != nil {
+			t.Fatal(err)
+		}
+		d := <-got
+		var body map[string]any
+		_ = json.Unmarshal(d.body, &body)
 		text, _ := body["text"].(string)
 		if !strings.Contains(text, p.ID) || !strings.Contains(text, "waits for a person") || !strings.Contains(text, "250000") {
 			t.Fatalf("webhook text: %q", text)
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no webhook after %d attempts", hits.Load())
+		if id := d.header.Get(plan.HeaderEventID); id != plan.NoticeEventID(p.ID) || body["event_id"] != id || d.header.Get(plan.HeaderEvent) != "plan_waiting" {
+			t.Fatalf("event id %q, body %v", id, body["event_id"])
+		}
+		mac := hmac.New(sha256.New, secret)
+		mac.Write(d.body)
+		if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); d.header.Get(plan.HeaderSignature) != want {
+			t.Fatalf("signature %q, want %q", d.header.Get(plan.HeaderSignature), want)
+		}
 	}
-	svc.Wait()
-	// An automatic plan announces nothing.
-	before := hits.Load()
-	if _, _, err := svc.Propose(context.Background(), m.Tool("approve_withdrawal"), args("WD-SMALL"), "run-1"); err != nil {
+	refuse.Store(true)
+	var we *plan.WebhookError
+	if err := svc.Announce(ctx, p.ID); !errors.As(err, &we) || we.Status != 503 || we.RetryAfter != 7*time.Second {
+		t.Fatalf("a refusing webhook: %v", err)
+	}
+	refuse.Store(false)
+	if _, err := svc.Decide(ctx, decision(p.ID, false, "no", p.DecisionHash)); err != nil {
 		t.Fatal(err)
 	}
-	svc.Wait()
-	if hits.Load() != before {
-		t.Fatal("an automatic plan was announced")
+	if err := svc.Announce(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-got:
+		t.Fatalf("a decided plan was announced: %s", d.body)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
 

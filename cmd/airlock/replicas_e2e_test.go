@@ -1,13 +1,20 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/testdb"
 )
@@ -106,5 +113,88 @@ func TestE2EReplicasShareSignIn(t *testing.T) {
 		if st, _, _ := p.get(r.url() + "/ui/"); st != http.StatusSeeOther {
 			t.Errorf("%s after sign-out: %d, want a redirect to sign in", r.url(), st)
 		}
+	}
+}
+
+// A notice of a plan waiting for a person survives the replica that was
+// sending it: killed mid-delivery, the job is rescued and the other replica
+// delivers it — once, signed, with the event id the first attempt carried.
+func TestE2ENoticeSurvivesAKilledReplica(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.Schema(t)
+	type delivery struct {
+		eventID, signature string
+		body               []byte
+	}
+	var (
+		mu        sync.Mutex
+		attempts  []delivery
+		delivered []delivery
+	)
+	firstIn, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		d := delivery{r.Header.Get("X-Airlock-Event-Id"), r.Header.Get("X-Airlock-Signature"), b}
+		mu.Lock()
+		attempts = append(attempts, d)
+		first := len(attempts) == 1
+		mu.Unlock()
+		if first { // the first delivery hangs: its sender is killed meanwhile
+			once.Do(func() { close(firstIn) })
+			<-release
+			return
+		}
+		mu.Lock()
+		delivered = append(delivered, d)
+		mu.Unlock()
+	}))
+	defer hook.Close()
+	defer close(release)
+
+	payments := startPayments(t)
+	config := e2eManifest(t, payments.url(), "", "", fmt.Sprintf("\nnotify: {webhook: %q, secret_env: E2E_NOTIFY_SECRET}\n", hook.URL))
+	env := append(tokenEnv, "E2E_NOTIFY_SECRET=notice-secret")
+	flags := []string{"serve", "--config", config, "--db", dsn, "--commit-rescue-after", "4s"}
+	a := start(t, env, bin(t, "airlock"), append(flags, "--listen", freeAddr(t))...)
+	status, body := apiCall(t, "POST", a.url()+"/v1/calls", agentToken, `{"tool":"plan_approve_withdrawal","args":{"record_id":"WD-8"},"run_id":"notice"}`)
+	if status != 200 {
+		t.Fatalf("propose: %d %v", status, body)
+	}
+	id := body["plan"].(map[string]any)["id"].(string)
+	select {
+	case <-firstIn:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the notice was not sent")
+	}
+	// a is sending (the only replica); b starts, then a dies mid-delivery.
+	b := start(t, env, bin(t, "airlock"), append(flags, "--listen", freeAddr(t))...)
+	_ = a.cmd.Process.Kill()
+	<-a.exited
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		n := len(delivered)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the notice was not delivered by the other replica:\n%s", b.output())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // nothing more comes
+	mu.Lock()
+	defer mu.Unlock()
+	if len(delivered) != 1 || len(attempts) != 2 {
+		t.Fatalf("%d deliveries in %d attempts; want 1 in 2 (the killed one and the rescue)", len(delivered), len(attempts))
+	}
+	want := "plan_waiting/" + id
+	mac := hmac.New(sha256.New, []byte("notice-secret"))
+	mac.Write(delivered[0].body)
+	if attempts[0].eventID != want || delivered[0].eventID != want || delivered[0].signature != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
+		t.Fatalf("event ids %q then %q (want %q); signature %q", attempts[0].eventID, delivered[0].eventID, want, delivered[0].signature)
 	}
 }

@@ -199,7 +199,16 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff, Retention: m.Retention.RecordsOr(), Tracer: cfg.Tracer,
 		MaxRunIDBytes: m.Limits.RunIDBytesOr(), CacheBytes: m.Limits.CacheBytesOr(),
 	})
+	var noticeSecret []byte
+	if n := m.Notify; n.SecretEnv != "" {
+		if noticeSecret = []byte(os.Getenv(n.SecretEnv)); len(noticeSecret) == 0 {
+			return nil, fmt.Errorf("notify.secret_env: environment variable %s is not set", n.SecretEnv)
+		}
+	} else if n.Webhook != "" {
+		a.log.Warn("airlock: notify.webhook is set without notify.secret_env: notices are not signed, and the receiver cannot tell them from anyone's")
+	}
 	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log, Tracer: cfg.Tracer,
+		NotifySecret:  noticeSecret,
 		MaxRunIDBytes: m.Limits.RunIDBytesOr()}); err != nil {
 		return nil, err
 	}
@@ -255,7 +264,11 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 	}
 	switch kind {
 	case "sqlite":
-		s, err := sqlite.Open(store.SQLitePath(a.cfg.DSN), &sqlite.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.SQLite})
+		sc := &sqlite.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.SQLite}
+		if a.Manifest.Notify.Webhook != "" {
+			sc.EnqueueNotice = ins.SQLiteNotice
+		}
+		s, err := sqlite.Open(store.SQLitePath(a.cfg.DSN), sc)
 		if err != nil {
 			return fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
 		}
@@ -286,7 +299,11 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 			},
 		}
 	default:
-		s, err := postgres.Open(ctx, a.cfg.DSN, &postgres.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Postgres})
+		pc := &postgres.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Postgres}
+		if a.Manifest.Notify.Webhook != "" {
+			pc.EnqueueNotice = ins.PostgresNotice
+		}
+		s, err := postgres.Open(ctx, a.cfg.DSN, pc)
 		if err != nil {
 			return fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
 		}
@@ -435,7 +452,7 @@ const DefaultShutdown = 60 * time.Second
 // Close stops the server in order: the commit worker (commits in hand
 // finish), the background loops, the side effects still running (they
 // finish and are recorded), the guard's buffered audit events, a last seal
-// of the audit log, pending notifications, the upstream clients and the
+// of the audit log, the upstream clients and the
 // store. It gives up waiting at ctx's deadline (DefaultShutdown when ctx
 // has none) and closes what is left.
 func (a *App) Close(ctx context.Context) error {
@@ -469,9 +486,6 @@ func (a *App) Close(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("sealing the audit log: %w", err))
 			}
 		}
-	}
-	if a.Plans != nil {
-		waitOrDone(ctx, a.Plans.Wait)
 	}
 	if a.Gateway != nil {
 		a.Gateway.CloseSessions()

@@ -1,8 +1,11 @@
-// Package riverqueue runs plan commits on River (github.com/riverqueue/river):
+// Package riverqueue runs plan commits and webhook notices on River
+// (github.com/riverqueue/river):
 // the commit job is inserted by the store in the same transaction that
 // approves the plan (unique per plan; Inserter), and the worker calls
 // plan.Service.Commit, which goes through the guarded call with the tool's
-// key — so a retried or rescued job never executes the tool twice.
+// key — so a retried or rescued job never executes the tool twice. The
+// notice job of a plan waiting for a person is inserted with the plan and
+// retried with backoff until the webhook takes it (plan.Service.Announce).
 // PostgreSQL uses River's pgx driver on the store's pool; SQLite its
 // database/sql driver on a connection opened with the store's settings.
 package riverqueue
@@ -13,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,10 +43,66 @@ func (CommitArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}, MaxAttempts: 10}
 }
 
-// Committer commits a plan; *plan.Service is one.
+// Committer commits a plan and announces one that waits for a person;
+// *plan.Service is one.
 type Committer interface {
 	Commit(ctx context.Context, planID string) error
+	Announce(ctx context.Context, planID string) error
 }
+
+// NoticeArgs is the job that announces a plan waiting for a person: one per
+// plan (unique by args), inserted with the plan.
+type NoticeArgs struct {
+	PlanID string `json:"plan_id"`
+}
+
+// Kind implements river.JobArgs.
+func (NoticeArgs) Kind() string { return "airlock_notice" }
+
+// noticeAttempts: with noticeBackoff, 1s doubling to 5m, about 90 minutes
+// of trying before the notice is given up (the plan stays in the queue).
+const (
+	noticeAttempts   = 25
+	noticeMaxBackoff = 5 * time.Minute
+)
+
+// InsertOpts makes the job unique per plan.
+func (NoticeArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}, MaxAttempts: noticeAttempts}
+}
+
+type noticeWorker struct {
+	river.WorkerDefaults[NoticeArgs]
+	notices Committer
+	// asked holds the Retry-After a webhook asked for, by job, from Work
+	// to the NextRetry River calls right after it.
+	asked sync.Map
+}
+
+func (w *noticeWorker) Work(ctx context.Context, job *river.Job[NoticeArgs]) error {
+	err := w.notices.Announce(ctx, job.Args.PlanID)
+	var we *plan.WebhookError
+	if errors.As(err, &we) && we.RetryAfter > 0 {
+		w.asked.Store(job.ID, we.RetryAfter)
+	}
+	return err
+}
+
+// NextRetry backs off 1s, 2s, 4s … up to 5m, or waits what the webhook
+// asked for (Retry-After, at most an hour) when that is longer.
+func (w *noticeWorker) NextRetry(job *river.Job[NoticeArgs]) time.Time {
+	wait := noticeMaxBackoff
+	if job.Attempt < 10 {
+		wait = min(noticeMaxBackoff, time.Second<<max(0, job.Attempt-1))
+	}
+	if v, ok := w.asked.LoadAndDelete(job.ID); ok {
+		wait = max(wait, min(v.(time.Duration), time.Hour))
+	}
+	return time.Now().Add(wait)
+}
+
+// Timeout bounds one delivery (the request itself has 10s).
+func (w *noticeWorker) Timeout(*river.Job[NoticeArgs]) time.Duration { return 30 * time.Second }
 
 type worker struct {
 	river.WorkerDefaults[CommitArgs]
@@ -86,6 +146,18 @@ func NewInserter() (*Inserter, error) {
 // Postgres inserts p's commit job in a PostgreSQL transaction.
 func (i *Inserter) Postgres(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error {
 	_, err := i.pg.InsertTx(ctx, tx, CommitArgs{PlanID: p.ID}, nil)
+	return err
+}
+
+// PostgresNotice inserts p's notice job in a PostgreSQL transaction.
+func (i *Inserter) PostgresNotice(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error {
+	_, err := i.pg.InsertTx(ctx, tx, NoticeArgs{PlanID: p.ID}, nil)
+	return err
+}
+
+// SQLiteNotice inserts p's notice job in a SQLite transaction.
+func (i *Inserter) SQLiteNotice(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error {
+	_, err := i.lite.InsertTx(ctx, tx, NoticeArgs{PlanID: p.ID}, nil)
 	return err
 }
 
@@ -143,6 +215,7 @@ func riverConfig(commits Committer, cfg *Config) *river.Config {
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{commits: commits, timeout: timeout})
+	river.AddWorker(workers, &noticeWorker{notices: commits})
 	n := cfg.Workers
 	if n <= 0 {
 		n = 8

@@ -76,6 +76,11 @@ func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan) (*airlock.Plan,
 				return err
 			}
 		}
+		if created && p.Status == airlock.PlanAwaitingApproval && s.notice != nil {
+			if err := s.notice(ctx, tx, p); err != nil {
+				return err
+			}
+		}
 		out, err = scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = $1`, p.Key))
 		return err
 	})

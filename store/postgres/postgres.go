@@ -50,12 +50,16 @@ type Config struct {
 	// inside the transaction that approves it (package plan/riverqueue).
 	// Default: none (plans are committed only when asked).
 	EnqueueCommit func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error
+	// EnqueueNotice inserts the job that announces a plan waiting for a
+	// person, in the transaction that creates the plan. Default: none.
+	EnqueueNotice func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error
 }
 
 // Store is the PostgreSQL store.
 type Store struct {
 	pool    *pgxpool.Pool
 	enqueue func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error
+	notice  func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error
 	poll    time.Duration
 
 	subMu    sync.RWMutex
@@ -94,7 +98,7 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, enqueue: cfg.EnqueueCommit, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit}
+	s := &Store{pool: pool, enqueue: cfg.EnqueueCommit, notice: cfg.EnqueueNotice, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit}
 	if s.poll <= 0 {
 		s.poll = time.Second
 	}

@@ -48,6 +48,18 @@ func TestOutbox(t *testing.T) {
 	})
 }
 
+func TestNoticeOutbox(t *testing.T) {
+	t.Parallel()
+	storetest.RunNoticeOutbox(t, func(t testing.TB, enqueue func(context.Context, *airlock.Plan) error) airlock.Store {
+		return openStore(t, &postgres.Config{EnqueueNotice: func(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error {
+			if tx == nil {
+				t.Error("the notice was enqueued without the creating transaction")
+			}
+			return enqueue(ctx, p)
+		}})
+	})
+}
+
 func BenchmarkGuard(b *testing.B) { storetest.Bench(b, newStore) }
 
 func TestAudit(t *testing.T) {

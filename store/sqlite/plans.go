@@ -72,6 +72,11 @@ func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan) (*airlock.Plan,
 				return err
 			}
 		}
+		if created && p.Status == airlock.PlanAwaitingApproval && s.notice != nil {
+			if err := s.notice(ctx, tx, p); err != nil {
+				return err
+			}
+		}
 		out, err = scanPlan(tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = ?`, p.Key))
 		return err
 	})

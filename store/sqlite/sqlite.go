@@ -51,6 +51,9 @@ type Config struct {
 	// inside the transaction that approves it (package plan/riverqueue).
 	// Default: none (plans are committed only when asked).
 	EnqueueCommit func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error
+	// EnqueueNotice inserts the job that announces a plan waiting for a
+	// person, in the transaction that creates the plan. Default: none.
+	EnqueueNotice func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error
 }
 
 // Store is the SQLite store.
@@ -58,6 +61,7 @@ type Store struct {
 	path    string
 	dsn     string
 	enqueue func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error
+	notice  func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error
 	read    *sql.DB
 	write   *sql.DB
 	ops     chan *op
@@ -130,7 +134,7 @@ func Open(path string, cfg *Config) (*Store, error) {
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
 	s := &Store{
-		path: path, dsn: dsn, enqueue: cfg.EnqueueCommit, read: read, write: write,
+		path: path, dsn: dsn, enqueue: cfg.EnqueueCommit, notice: cfg.EnqueueNotice, read: read, write: write,
 		ops: make(chan *op, 1024), poll: cfg.PollInterval, batch: cfg.MaxBatch,
 		closed: make(chan struct{}), subs: map[int]func(string){}, noAudit: cfg.NoAudit,
 	}

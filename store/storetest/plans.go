@@ -327,3 +327,46 @@ func RunOutbox(t *testing.T, newStore NewStoreWithOutbox) {
 		}
 	})
 }
+
+// RunNoticeOutbox checks that a plan created waiting for a person has its
+// notice enqueued in the creating transaction: once, not for a plan
+// decided by a rule, and a failing enqueue fails the create.
+func RunNoticeOutbox(t *testing.T, newStore NewStoreWithOutbox) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	t.Run("WaitingPlanEnqueuesItsNoticeInTheSameTransaction", func(t *testing.T) {
+		t.Parallel()
+		var calls atomic.Int64
+		failing := ""
+		s := newStore(t, func(ctx context.Context, p *airlock.Plan) error {
+			if p.ID == failing {
+				return errors.New("queue down")
+			}
+			if p.Status != airlock.PlanAwaitingApproval {
+				t.Errorf("a notice for a %s plan", p.Status)
+			}
+			calls.Add(1)
+			return nil
+		})
+		p := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		_, created, err := s.CreatePlan(ctx, p)
+		must(t, err)
+		_, again, err := s.CreatePlan(ctx, newPlan(p.Key, airlock.PlanAwaitingApproval, now))
+		must(t, err)
+		auto := newPlan(Key("k"), airlock.PlanApproved, now)
+		auto.Decision = "auto"
+		_, _, err = s.CreatePlan(ctx, auto)
+		must(t, err)
+		if !created || again || calls.Load() != 1 {
+			t.Fatalf("created %v again %v noticed %d; want one notice", created, again, calls.Load())
+		}
+		bad := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		failing = bad.ID
+		if _, _, err := s.CreatePlan(ctx, bad); err == nil {
+			t.Fatal("a failing enqueue must fail the create")
+		}
+		if _, err := s.GetPlan(ctx, bad.ID); !errors.Is(err, airlock.ErrNotFound) {
+			t.Fatalf("the plan survived its failed notice: %v", err)
+		}
+	})
+}
