@@ -31,9 +31,12 @@ func auditArgs(e *airlock.AuditEvent) []any {
 // commit in another, so without the fence an event committed late, with an
 // id below one already sealed, could not be told from a row forged or
 // unsealed by hand — and the sealer would have to seal both.
+//
+// The lock is the schema's own (its second key is the schema's hash), so
+// deployments in other schemas of the database never wait for each other.
 const (
-	auditWriters     = 7412095
-	lockAuditWriters = `SELECT pg_advisory_xact_lock_shared(7412095)`
+	lockAuditWriters = `SELECT pg_advisory_xact_lock_shared(7412095, hashtext(current_schema()))`
+	fenceAuditWrites = `SELECT pg_advisory_xact_lock(7412095, hashtext(current_schema()))`
 )
 
 // auditTx runs fn in a transaction that holds the audit writers' lock,
@@ -73,7 +76,7 @@ func (s *Store) audited(ctx context.Context, read func(pgx.BatchResults) error, 
 // (This relies on the sequence's default CACHE 1.)
 func (s *Store) auditFence(ctx context.Context) (int64, error) {
 	var b pgx.Batch
-	b.Queue(`SELECT pg_advisory_xact_lock($1)`, int64(auditWriters))
+	b.Queue(fenceAuditWrites)
 	b.Queue(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM airlock_audit_id_seq`)
 	br := s.pool.SendBatch(ctx, &b)
 	var fence int64
