@@ -9,6 +9,7 @@ package jwt
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -56,7 +57,25 @@ type Verifier struct {
 	cfg     Config
 	client  *http.Client
 	issuers map[string]*issuer
+
+	// verified remembers tokens already verified (by SHA-256) until their
+	// expiry, at most cacheFor: an agent sends the same token with every
+	// call, and checking its signature costs more than the rest of a
+	// repeat. A key the issuer withdraws stops a cached token within
+	// cacheFor.
+	mu       sync.Mutex
+	verified map[[32]byte]cachedToken
 }
+
+type cachedToken struct {
+	p     Principal
+	until time.Time
+}
+
+const (
+	cacheFor    = 5 * time.Minute
+	cacheTokens = 10_000
+)
 
 type issuer struct {
 	spec airlock.IssuerSpec
@@ -66,7 +85,7 @@ type issuer struct {
 
 // New returns a Verifier; keys are fetched on first use.
 func New(cfg Config) *Verifier {
-	v := &Verifier{cfg: cfg, client: cfg.HTTPClient, issuers: map[string]*issuer{}}
+	v := &Verifier{cfg: cfg, client: cfg.HTTPClient, issuers: map[string]*issuer{}, verified: map[[32]byte]cachedToken{}}
 	if v.client == nil {
 		v.client = &http.Client{Timeout: 10 * time.Second}
 	}
@@ -135,59 +154,91 @@ type claims struct {
 // signature, no role) wraps ErrRefused; a failure to fetch the issuer's
 // keys does not.
 func (v *Verifier) Verify(ctx context.Context, raw string) (Principal, error) {
+	sum := sha256.Sum256([]byte(raw))
+	now := v.cfg.Now()
+	v.mu.Lock()
+	c, ok := v.verified[sum]
+	v.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.p, nil
+	}
+	p, until, err := v.verify(ctx, raw, now)
+	if err != nil {
+		return p, err
+	}
+	v.mu.Lock()
+	if len(v.verified) >= cacheTokens {
+		for k, c := range v.verified { // drop the expired, or any one
+			if !now.Before(c.until) || len(v.verified) >= cacheTokens {
+				delete(v.verified, k)
+			}
+		}
+	}
+	if limit := now.Add(cacheFor); until.After(limit) {
+		until = limit
+	}
+	v.verified[sum] = cachedToken{p: p, until: until}
+	v.mu.Unlock()
+	return p, nil
+}
+
+// verify checks raw in full; until is when its expiry (with the skew)
+// passes.
+func (v *Verifier) verify(ctx context.Context, raw string, now time.Time) (Principal, time.Time, error) {
 	parts := strings.Split(raw, ".")
 	if len(parts) != 3 {
-		return Principal{}, refused("not a JWT (want three base64url parts)")
+		return Principal{}, time.Time{}, refused("not a JWT (want three base64url parts)")
 	}
 	var header struct {
 		Alg string `json:"alg"`
 	}
 	if b, err := base64.RawURLEncoding.DecodeString(parts[0]); err != nil || json.Unmarshal(b, &header) != nil {
-		return Principal{}, refused("the JWT's header is not base64url JSON")
+		return Principal{}, time.Time{}, refused("the JWT's header is not base64url JSON")
 	}
 	if header.Alg == "" || strings.EqualFold(header.Alg, "none") {
-		return Principal{}, refused("unsigned token (alg %q)", header.Alg)
+		return Principal{}, time.Time{}, refused("unsigned token (alg %q)", header.Alg)
 	}
 	jws, err := jose.ParseSigned(raw, accepted)
 	if err != nil {
-		return Principal{}, refused("signature algorithm %q is not accepted (want an asymmetric one such as RS256 or ES256)", header.Alg)
+		return Principal{}, time.Time{}, refused("signature algorithm %q is not accepted (want an asymmetric one such as RS256 or ES256)", header.Alg)
 	}
 	var c claims
 	unverified := jws.UnsafePayloadWithoutVerification()
 	if err := json.Unmarshal(unverified, &c); err != nil {
-		return Principal{}, refused("the JWT's claims are not a JSON object")
+		return Principal{}, time.Time{}, refused("the JWT's claims are not a JSON object")
 	}
 	is := v.issuers[c.Issuer]
 	if is == nil {
-		return Principal{}, refused("issuer %q is not one airlock accepts (auth.issuers)", c.Issuer)
+		return Principal{}, time.Time{}, refused("issuer %q is not one airlock accepts (auth.issuers)", c.Issuer)
 	}
 	keys, err := v.keySet(ctx, is)
 	if err != nil {
-		return Principal{}, err
+		return Principal{}, time.Time{}, err
 	}
 	payload, err := keys.VerifySignature(ctx, raw)
 	if err != nil {
-		return Principal{}, refused("the signature does not verify with %s's keys", c.Issuer)
+		return Principal{}, time.Time{}, refused("the signature does not verify with %s's keys", c.Issuer)
 	}
 	if !bytes.Equal(payload, unverified) {
-		return Principal{}, refused("the signature does not verify")
+		return Principal{}, time.Time{}, refused("the signature does not verify")
 	}
-	now, skew := v.cfg.Now(), is.spec.ClockSkewOr()
+	skew := is.spec.ClockSkewOr()
 	switch {
 	case c.Expiry == nil:
-		return Principal{}, refused("the token has no expiry (exp)")
+		return Principal{}, time.Time{}, refused("the token has no expiry (exp)")
 	case now.Add(-skew).After(unix(*c.Expiry)):
-		return Principal{}, refused("the token expired at %s", unix(*c.Expiry).UTC().Format(time.RFC3339))
+		return Principal{}, time.Time{}, refused("the token expired at %s", unix(*c.Expiry).UTC().Format(time.RFC3339))
 	case c.NotBefore != nil && now.Add(skew).Before(unix(*c.NotBefore)):
-		return Principal{}, refused("the token is not valid before %s", unix(*c.NotBefore).UTC().Format(time.RFC3339))
+		return Principal{}, time.Time{}, refused("the token is not valid before %s", unix(*c.NotBefore).UTC().Format(time.RFC3339))
 	}
 	want := is.spec.AudienceOr(v.cfg.Resource)
 	if auds := audiences(c.Audience); !contains(auds, want) {
-		return Principal{}, refused("the token's audience %q is not %s", auds, want)
+		return Principal{}, time.Time{}, refused("the token's audience %q is not %s", auds, want)
 	}
 	var all map[string]any
 	_ = json.Unmarshal(payload, &all)
-	return mapClaims(&is.spec, all)
+	p, err := mapClaims(&is.spec, all)
+	return p, unix(*c.Expiry).Add(skew), err
 }
 
 func unix(f float64) time.Time { return time.Unix(0, int64(f*1e9)) }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,5 +131,81 @@ func TestUnreachableIssuerIsNotARefusal(t *testing.T) {
 	}
 	if _, err := v.Verify(context.Background(), tok); err == nil || errors.Is(err, jwt.ErrRefused) {
 		t.Fatalf("an unreachable issuer: %v", err)
+	}
+}
+
+// BenchmarkVerify is the cost an issued token adds to a request (keys
+// cached): parse, signature (RS256), claims.
+func BenchmarkVerify(b *testing.B) {
+	idp, err := mockoidc.Run()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer idp.Shutdown()
+	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
+	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "exp": time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := v.Verify(ctx, tok); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := v.Verify(ctx, tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkVerifyFirst is a token's first verification: the signature and
+// the claims (run with -benchtime=2000x: every token is signed first).
+func BenchmarkVerifyFirst(b *testing.B) {
+	idp, err := mockoidc.Run()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer idp.Shutdown()
+	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
+	toks := make([]string, b.N+1)
+	for i := range toks {
+		if toks[i], err = idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "jti": i, "exp": time.Now().Add(time.Hour).Unix()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	if _, err := v.Verify(ctx, toks[b.N]); err != nil { // the keys are fetched
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := v.Verify(ctx, toks[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A remembered token is still refused once it expires.
+func TestRememberedTokenStillExpires(t *testing.T) {
+	t.Parallel()
+	idp, _ := setup(t)
+	var offset atomic.Int64
+	v := jwt.New(jwt.Config{Resource: resource, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+		Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent, ClockSkew: airlock.NewDuration(time.Second)}}})
+	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "exp": time.Now().Add(time.Minute).Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		if _, err := v.Verify(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offset.Store(int64(2 * time.Minute))
+	if _, err := v.Verify(ctx, tok); !errors.Is(err, jwt.ErrRefused) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("an expired token that was verified before: %v", err)
 	}
 }
