@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -54,28 +53,8 @@ func TestE2EOIDCSignInInABrowser(t *testing.T) {
 	}
 	id := body["plan"].(map[string]any)["id"].(string)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true),
-		chromedp.WindowSize(1280, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
-	do := func(steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	text := func(css string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	b := openTab(t, browser)
+	do, text := b.do, b.text
 	// signIn clicks the single sign-on button as the provider's next user
 	// and waits for the page it ends on.
 	signIn := func(u *mockoidc.MockUser, waitFor string) string {
@@ -105,9 +84,7 @@ func TestE2EOIDCSignInInABrowser(t *testing.T) {
 	}
 	do(chromedp.Navigate(srv.url()+"/ui/plans/"+id), chromedp.WaitVisible(chromedp.ID("reason")),
 		chromedp.SendKeys(chromedp.ID("reason"), "matches the ledger"))
-	if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("approve"))); err != nil {
-		t.Fatal(err)
-	}
+	b.submit(chromedp.Click(chromedp.ID("approve")))
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, p := apiCall(t, "GET", srv.url()+"/v1/plans/"+id, approverToken, "")

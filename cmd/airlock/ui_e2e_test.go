@@ -40,6 +40,49 @@ func artifactsDir(t *testing.T) string {
 	return dir
 }
 
+// tab is one Chromium tab for a test, closed with it.
+type tab struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func openTab(t *testing.T, browser string) *tab {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true),
+		chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	return &tab{t: t, ctx: ctx}
+}
+
+// do runs steps.
+func (b *tab) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// submit runs steps that load a page and waits for it.
+func (b *tab) submit(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if _, err := chromedp.RunResponse(b.ctx, steps...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// text is the text of the element css selects.
+func (b *tab) text(css string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(css)))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return v
+}
+
 func TestE2EUIInABrowser(t *testing.T) {
 	t.Parallel()
 	browser := findBrowser(t)
@@ -73,42 +116,15 @@ func TestE2EUIInABrowser(t *testing.T) {
 	id3, _ := propose("WD-103")
 	shots := artifactsDir(t)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true),
-		chromedp.WindowSize(1280, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
-
-	do := func(steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// submit runs steps that load a page and waits for it.
-	submit := func(steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if _, err := chromedp.RunResponse(ctx, steps...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := openTab(t, browser)
+	ctx, do, submit := b.ctx, b.do, b.submit
 	script := func(js string) chromedp.Action[chromedp.Void] {
 		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 			_, err := chromedp.Evaluate[any](js)(ctx, tg)
 			return chromedp.Void{}, err
 		}
 	}
-	text := func(css string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	text := b.text
 	shot := func(name string) {
 		t.Helper()
 		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
