@@ -465,6 +465,14 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 // startSession signs p in: a new session in the store, its cookie set.
 // On false the answer (an error page) has been sent.
 func (u *UI) startSession(w http.ResponseWriter, r *http.Request, p Principal, subject string) bool {
+	// A sign-in replaces the browser's session, if it had one: the old
+	// cookie must not go on working beside the new one.
+	if old, err := r.Cookie(cookieName); err == nil && old.Value != "" {
+		if err := u.cfg.Store.DeleteSession(r.Context(), sessionKey(old.Value)); err != nil {
+			u.fail(w, r, err)
+			return false
+		}
+	}
 	value := randomHex(32)
 	now := time.Now().UTC()
 	err := u.cfg.Store.CreateSession(r.Context(), &airlock.PageSession{ID: sessionKey(value), Name: p.Name, Role: p.Role, Subject: subject,

@@ -138,4 +138,36 @@ func TestSingleSignOnCallback(t *testing.T) {
 			t.Fatalf("the same callback twice: %d", st)
 		}
 	})
+	t.Run("ASecondSignInEndsTheFirst", func(t *testing.T) {
+		c := browser()
+		sessionCookie := func() string {
+			u, _ := url.Parse(base + "/ui/")
+			for _, ck := range c.Jar.Cookies(u) {
+				if ck.Name == "airlock_session" {
+					return ck.Value
+				}
+			}
+			return ""
+		}
+		if st, _ := callback(c, start(c, ana)); st != http.StatusOK {
+			t.Fatalf("first sign-in: %d", st)
+		}
+		first := sessionCookie()
+		if st, _ := callback(c, start(c, ana)); st != http.StatusOK {
+			t.Fatalf("second sign-in: %d", st)
+		}
+		if second := sessionCookie(); second == "" || second == first {
+			t.Fatalf("the second sign-in kept the session cookie %q", second)
+		}
+		req, _ := http.NewRequest("GET", base+"/ui/", nil)
+		req.AddCookie(&http.Cookie{Name: "airlock_session", Value: first})
+		resp, err := (&http.Client{CheckRedirect: noRedirect}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("the first session after the second sign-in: %d, want a redirect to sign in", resp.StatusCode)
+		}
+	})
 }
