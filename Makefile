@@ -28,4 +28,5 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseArgsKeepsText$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalMatchesEncodingJSON$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalArgsMatchesEncodingJSON$$' -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz FuzzVerify -fuzztime 30s ./auth/jwt/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest
