@@ -47,6 +47,9 @@ func TestE2EOIDCSignInInABrowser(t *testing.T) {
 	srv := start(t, append(tokenEnv, "E2E_OIDC_SECRET="+idp.ClientSecret), bin(t, "airlock"), "serve", "--config", config,
 		"--db", "sqlite:"+filepath.Join(t.TempDir(), "a.db"), "--listen", addr)
 
+	if out := srv.output(); !strings.Contains(out, "sign-in: single sign-on through "+idp.Issuer()) {
+		t.Errorf("serve does not say how people sign in:\n%s", out)
+	}
 	status, body := apiCall(t, "POST", srv.url()+"/v1/calls", agentToken, `{"tool":"plan_approve_withdrawal","args":{"record_id":"WD-31"},"run_id":"sso"}`)
 	if status != 200 {
 		t.Fatalf("propose: %d %v", status, body)

@@ -166,6 +166,12 @@ func cmdServe(e *env, args []string) int {
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stdout, "MCP:  http://%s/mcp\nAPI:  http://%s/v1/\nUI:   http://%s/ui/\ndatabase: %s\n", addr, addr, addr, redactDSN(*db))
+	if o := m.Auth.OIDC; o != nil {
+		fmt.Fprintf(e.stdout, "sign-in: single sign-on through %s (callback %s)\n", o.Issuer, o.RedirectURL)
+	}
+	for _, is := range m.Auth.Issuers {
+		fmt.Fprintf(e.stdout, "issued tokens: from %s for %s\n", is.Issuer, is.AudienceOr(m.Auth.Resource))
+	}
 	fmt.Fprintf(e.stdout, "listening on http://%s\n", addr)
 	// On SIGTERM: in-flight calls finish, the commit worker finishes the
 	// commits in hand, and the side effects still running are recorded.
