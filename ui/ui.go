@@ -1,8 +1,10 @@
 // Package ui is the approvers' and operators' web page, served under /ui/:
-// server-rendered with html/template, assets embedded, no JavaScript. An
-// approver or admin token signs in to a session cookie (HttpOnly,
-// SameSite=Strict, Secure under TLS); every form carries the session's
-// CSRF token; decisions are bound to the plan's decision hash.
+// server-rendered with html/template, assets embedded, no JavaScript. A
+// person signs in through the identity provider (SSO, OpenID Connect) or
+// with an approver or admin token, to a session kept in the store — every
+// replica knows it — and a cookie (HttpOnly, SameSite=Strict, Secure under
+// TLS); every form carries the session's CSRF token; decisions are bound to
+// the plan's decision hash.
 package ui
 
 import (
