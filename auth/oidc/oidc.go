@@ -133,6 +133,20 @@ func (l *Login) Finish(ctx context.Context, f Flow, code string) (Identity, erro
 	if err := idt.Claims(&claims); err != nil {
 		return Identity{}, fmt.Errorf("oidc: reading the ID token's claims: %w", err)
 	}
+	// Some providers put groups (or the name) in the userinfo answer only:
+	// what the ID token lacks is taken from there, for the same subject.
+	if claims[l.cfg.Spec.RolesClaimOr()] == nil || claims[l.cfg.Spec.NameClaimOr()] == nil {
+		if info, err := p.UserInfo(l.ctx(ctx), oauth2.StaticTokenSource(tok)); err == nil && info.Subject == idt.Subject {
+			var more map[string]any
+			if info.Claims(&more) == nil {
+				for k, v := range more {
+					if _, ok := claims[k]; !ok {
+						claims[k] = v
+					}
+				}
+			}
+		}
+	}
 	return MapClaims(&l.cfg.Spec, idt.Issuer, idt.Subject, claims)
 }
 

@@ -1,14 +1,19 @@
 package app_test
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
 
+	gojwt "github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
 )
 
@@ -29,6 +34,55 @@ auth:
     - {name: agent-1, role: agent, sha256: "HASH"}
 `
 
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// ssoFixture drives sign-ins at base through idp, as a browser without
+// JavaScript would.
+type ssoFixture struct {
+	idp  *mockoidc.MockOIDC
+	base string
+}
+
+func (f *ssoFixture) browser() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, CheckRedirect: noRedirect}
+}
+
+func (f *ssoFixture) get(t *testing.T, c *http.Client, u string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// start begins a sign-in as user and returns the callback's query the
+// provider sends the browser back with.
+func (f *ssoFixture) start(t *testing.T, c *http.Client, user *mockoidc.MockUser) url.Values {
+	t.Helper()
+	f.idp.QueueUser(user)
+	resp, _ := f.get(t, c, f.base+"/ui/oidc/start")
+	if resp.StatusCode != http.StatusFound || !strings.HasPrefix(resp.Header.Get("Location"), f.idp.AuthorizationEndpoint()) {
+		t.Fatalf("start: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	auth, _ := url.Parse(resp.Header.Get("Location"))
+	if auth.Query().Get("code_challenge_method") != "S256" || auth.Query().Get("code_challenge") == "" || auth.Query().Get("nonce") == "" {
+		t.Fatalf("the authorization request has no PKCE challenge or nonce: %s", auth)
+	}
+	resp, _ = f.get(t, c, auth.String())
+	back, _ := url.Parse(resp.Header.Get("Location"))
+	return back.Query()
+}
+
+func (f *ssoFixture) callback(t *testing.T, c *http.Client, q url.Values) (int, string) {
+	t.Helper()
+	resp, body := f.get(t, c, f.base+"/ui/oidc/callback?"+q.Encode())
+	return resp.StatusCode, body
+}
+
 // The callback believes only a flow this browser started: no cookie, a
 // forged cookie, another state, or a code used twice are refused before
 // anything is asked of the provider; the provider's own refusal is shown.
@@ -46,43 +100,11 @@ func TestSingleSignOnCallback(t *testing.T) {
 	os.Setenv(env, idp.ClientSecret)
 	base := startApp(t, ssoManifest, "ISSUER", idp.Issuer(), "CLIENT", idp.ClientID, "SECRET_ENV", env)
 
-	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	browser := func() *http.Client {
-		jar, _ := cookiejar.New(nil)
-		return &http.Client{Jar: jar, CheckRedirect: noRedirect}
-	}
-	get := func(c *http.Client, u string) (*http.Response, string) {
-		t.Helper()
-		resp, err := c.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	// start begins a sign-in as user and returns the callback's query the
-	// provider sends the browser back with.
-	start := func(c *http.Client, user *mockoidc.MockUser) url.Values {
-		t.Helper()
-		idp.QueueUser(user)
-		resp, _ := get(c, base+"/ui/oidc/start")
-		if resp.StatusCode != http.StatusFound || !strings.HasPrefix(resp.Header.Get("Location"), idp.AuthorizationEndpoint()) {
-			t.Fatalf("start: %d %q", resp.StatusCode, resp.Header.Get("Location"))
-		}
-		auth, _ := url.Parse(resp.Header.Get("Location"))
-		if auth.Query().Get("code_challenge_method") != "S256" || auth.Query().Get("code_challenge") == "" || auth.Query().Get("nonce") == "" {
-			t.Fatalf("the authorization request has no PKCE challenge or nonce: %s", auth)
-		}
-		resp, _ = get(c, auth.String())
-		back, _ := url.Parse(resp.Header.Get("Location"))
-		return back.Query()
-	}
-	callback := func(c *http.Client, q url.Values) (int, string) {
-		t.Helper()
-		resp, body := get(c, base+"/ui/oidc/callback?"+q.Encode())
-		return resp.StatusCode, body
-	}
+	f := &ssoFixture{idp: idp, base: base}
+	browser := f.browser
+	get := func(c *http.Client, u string) (*http.Response, string) { t.Helper(); return f.get(t, c, u) }
+	start := func(c *http.Client, user *mockoidc.MockUser) url.Values { t.Helper(); return f.start(t, c, user) }
+	callback := func(c *http.Client, q url.Values) (int, string) { t.Helper(); return f.callback(t, c, q) }
 	ana := &mockoidc.MockUser{Subject: "u-ana", Email: "ana@x.example", EmailVerified: true, Groups: []string{"ops"}}
 
 	t.Run("NoFlowCookie", func(t *testing.T) {
@@ -170,4 +192,56 @@ func TestSingleSignOnCallback(t *testing.T) {
 			t.Fatalf("the first session after the second sign-in: %d, want a redirect to sign in", resp.StatusCode)
 		}
 	})
+}
+
+// A provider that puts the groups in its userinfo answer only (not in the
+// ID token): the role comes from there.
+func TestSingleSignOnReadsGroupsFromUserinfo(t *testing.T) {
+	t.Parallel()
+	idp, err := mockoidc.NewServer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The token endpoint's ID token is signed again without its groups.
+	_ = idp.AddMiddleware(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.HasSuffix(r.URL.Path, mockoidc.TokenEndpoint) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			var body map[string]any
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if raw, ok := body["id_token"].(string); ok {
+				payload, _ := base64.RawURLEncoding.DecodeString(strings.Split(raw, ".")[1])
+				var claims gojwt.MapClaims
+				_ = json.Unmarshal(payload, &claims)
+				delete(claims, "groups")
+				body["id_token"], _ = idp.Keypair.SignJWT(claims)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(rec.Code)
+			_ = json.NewEncoder(w).Encode(body)
+		})
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idp.Start(ln, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = idp.Shutdown() })
+	env := "AIRLOCK_TEST_OIDC_SECRET_USERINFO"
+	os.Setenv(env, idp.ClientSecret)
+	f := &ssoFixture{idp: idp, base: startApp(t, ssoManifest, "ISSUER", idp.Issuer(), "CLIENT", idp.ClientID, "SECRET_ENV", env)}
+	c := f.browser()
+	st, body := f.callback(t, c, f.start(t, c, &mockoidc.MockUser{Subject: "u-kim", Email: "kim@x.example", EmailVerified: true, Groups: []string{"approvers"}}))
+	if st != http.StatusOK {
+		t.Fatalf("callback: %d %s", st, body)
+	}
+	if resp, page := f.get(t, c, f.base+"/ui/"); resp.StatusCode != http.StatusOK || !strings.Contains(page, "kim@x.example (approver)") {
+		t.Fatalf("the queue: %d %s", resp.StatusCode, page)
+	}
 }
