@@ -385,9 +385,9 @@ const OIDCCallbackPath = "/ui/oidc/callback"
 
 func (o *OIDCSpec) validate(v *validator) {
 	const p = "auth.oidc"
-	if u, err := url.Parse(o.Issuer); o.Issuer == "" {
+	if o.Issuer == "" {
 		v.add(p+".issuer", "required: the provider's issuer URL")
-	} else if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
+	} else if !secureURL(o.Issuer) {
 		v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", o.Issuer)
 	}
 	if o.ClientID == "" {
@@ -409,6 +409,13 @@ func (o *OIDCSpec) validate(v *validator) {
 			v.add(fmt.Sprintf("%s.roles[%q]", p, value), "%q is not a role the page has: want approver or admin", role)
 		}
 	}
+}
+
+// secureURL reports whether s is an absolute https URL, or http on a
+// loopback host (development and tests).
+func secureURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Host != "" && (u.Scheme == "https" || u.Scheme == "http" && isLoopbackHost(u.Hostname()))
 }
 
 func isLoopbackHost(h string) bool {
@@ -452,6 +459,20 @@ const (
 	// can hold it.
 	RoleSystem = "system"
 )
+
+// RoleRank orders the roles for "the highest wins": agent < approver <
+// admin; any other string is 0.
+func RoleRank(role string) int {
+	switch role {
+	case RoleAgent:
+		return 1
+	case RoleApprover:
+		return 2
+	case RoleAdmin:
+		return 3
+	}
+	return 0
+}
 
 // TokenSpec is one bearer token, stored as the hex SHA-256 of the token or
 // read from an environment variable at start.
@@ -741,7 +762,7 @@ func (a *Auth) validate(v *validator) {
 		a.OIDC.validate(v)
 	}
 	if a.Resource != "" {
-		if u, err := url.Parse(a.Resource); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) || u.RawQuery != "" || u.Fragment != "" {
+		if u, err := url.Parse(a.Resource); err != nil || !secureURL(a.Resource) || u.RawQuery != "" || u.Fragment != "" {
 			v.add("auth.resource", "%q is not an https URL without query or fragment (http only on a loopback host): want the URL clients reach /mcp at", a.Resource)
 		}
 	} else if len(a.Issuers) > 0 {
@@ -750,16 +771,16 @@ func (a *Auth) validate(v *validator) {
 	seenIssuer := map[string]bool{}
 	for i, is := range a.Issuers {
 		p := fmt.Sprintf("auth.issuers[%d]", i)
-		if u, err := url.Parse(is.Issuer); is.Issuer == "" {
+		if is.Issuer == "" {
 			v.add(p+".issuer", "required: the tokens' iss")
-		} else if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
+		} else if !secureURL(is.Issuer) {
 			v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", is.Issuer)
 		} else if seenIssuer[is.Issuer] {
 			v.add(p+".issuer", "%q is listed twice", is.Issuer)
 		}
 		seenIssuer[is.Issuer] = true
 		if is.JWKSURL != "" {
-			if u, err := url.Parse(is.JWKSURL); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
+			if !secureURL(is.JWKSURL) {
 				v.add(p+".jwks_url", "%q is not an https URL (http only on a loopback host)", is.JWKSURL)
 			}
 		}
@@ -767,11 +788,11 @@ func (a *Auth) validate(v *validator) {
 			v.add(p+".roles", "required: which values of the %s claim make an agent, approver or admin (or role: for every token of the issuer)", is.RolesClaimOr())
 		}
 		for _, value := range slices.Sorted(maps.Keys(is.Roles)) {
-			if role := is.Roles[value]; role != RoleAgent && role != RoleApprover && role != RoleAdmin {
+			if role := is.Roles[value]; RoleRank(role) == 0 {
 				v.add(fmt.Sprintf("%s.roles[%q]", p, value), "%q is not a role: want agent, approver or admin", role)
 			}
 		}
-		if is.Role != "" && is.Role != RoleAgent && is.Role != RoleApprover && is.Role != RoleAdmin {
+		if is.Role != "" && RoleRank(is.Role) == 0 {
 			v.add(p+".role", "%q is not a role: want agent, approver or admin", is.Role)
 		}
 		if is.ClockSkew.err != nil {

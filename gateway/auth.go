@@ -103,8 +103,8 @@ var errIssuerUnreachable = airlock.Errorf(airlock.CodeUpstream, "the token's iss
 // the protected resource metadata is, and why a token given was refused.
 func (g *Gateway) challenge(err error, tokenGiven bool) string {
 	c := `Bearer realm="airlock"`
-	if g.resource != "" {
-		c += fmt.Sprintf(`, resource_metadata=%q`, airlock.ResourceMetadataURL(g.resource))
+	if g.issued != nil && g.m.Auth.Resource != "" { // the metadata is served (Handler)
+		c += fmt.Sprintf(`, resource_metadata=%q`, airlock.ResourceMetadataURL(g.m.Auth.Resource))
 	}
 	var e *airlock.Error
 	if tokenGiven && errors.As(err, &e) {
@@ -162,7 +162,7 @@ func (g *Gateway) require(roles []string, next http.Handler) http.Handler {
 // 9728): the resource, the issuers that may give tokens for it, and, for
 // issuers whose roles are scopes, those scopes (a client asks for them).
 func (g *Gateway) resourceMetadata() http.Handler {
-	meta := &oauthex.ProtectedResourceMetadata{Resource: g.resource, ResourceName: "airlock", BearerMethodsSupported: []string{"header"}}
+	meta := &oauthex.ProtectedResourceMetadata{Resource: g.m.Auth.Resource, ResourceName: "airlock", BearerMethodsSupported: []string{"header"}}
 	var scopes []string
 	for _, is := range g.m.Auth.Issuers {
 		meta.AuthorizationServers = append(meta.AuthorizationServers, is.Issuer)

@@ -141,7 +141,6 @@ type Gateway struct {
 	schemas     map[string]*argsSchema
 	tokens      []Token
 	issued      *jwt.Verifier
-	resource    string // auth.resource
 	maxBody     int64
 	log         *slog.Logger
 	mcp         *mcp.Server
@@ -171,7 +170,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
-		tokens: cfg.Tokens, issued: cfg.Issued, resource: cfg.Manifest.Auth.Resource, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
+		tokens: cfg.Tokens, issued: cfg.Issued, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
 		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI, tracer: cfg.Tracer,
 	}
 	if g.maxBody <= 0 {

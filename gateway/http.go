@@ -47,11 +47,11 @@ func (g *Gateway) Handler() http.Handler {
 		mux.Handle("POST /v1/plans/{id}/reject", g.require(readers, g.handleDecide(false)))
 	}
 
-	if g.issued != nil && g.resource != "" {
+	if g.issued != nil && g.m.Auth.Resource != "" {
 		// RFC 9728: where MCP clients learn which authorization servers
 		// issue tokens for airlock. Public, like any discovery document.
 		meta := g.resourceMetadata()
-		u, _ := url.Parse(airlock.ResourceMetadataURL(g.resource))
+		u, _ := url.Parse(airlock.ResourceMetadataURL(g.m.Auth.Resource))
 		mux.Handle(u.Path, meta)
 		if u.Path != "/.well-known/oauth-protected-resource" {
 			mux.Handle("/.well-known/oauth-protected-resource", meta)

@@ -127,8 +127,13 @@ func describeForModel(t *airlock.Tool) string {
 
 func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if req.Extra != nil && req.Extra.Header != nil {
-			// The HTTP layer authenticated this request; name the actor.
+		// The HTTP layer authenticated this request, and bound its session
+		// to the principal (guardSession); name the actor. A request outside
+		// a session airlock saw opened is authenticated again from its
+		// headers.
+		if owner := g.sessions.ownerOf(sessionID(req.Session)); owner != "" {
+			ctx = airlock.WithActor(ctx, owner)
+		} else if req.Extra != nil && req.Extra.Header != nil {
 			if p, err := g.authenticate(&http.Request{Header: req.Extra.Header}); err == nil {
 				ctx = airlock.WithActor(ctx, p.Name)
 			}
@@ -444,4 +449,12 @@ func (p *agentPeer) Request(ctx context.Context, method string, params json.RawM
 		return nil, err
 	}
 	return json.Marshal(res)
+}
+
+// sessionID is s's id, "" without a session.
+func sessionID(s *mcp.ServerSession) string {
+	if s == nil {
+		return ""
+	}
+	return s.ID()
 }

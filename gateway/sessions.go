@@ -41,6 +41,14 @@ func (m *mcpSessions) ownedBy(id, principal string) bool {
 	return !ok || o == principal
 }
 
+// ownerOf is the principal that opened session id ("" when airlock did
+// not see it opened: stdio, a sessionless revision).
+func (m *mcpSessions) ownerOf(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.owner[id]
+}
+
 // reserve takes a place for a new session of principal; false: it holds
 // the most it may.
 func (m *mcpSessions) reserve(principal string) bool {

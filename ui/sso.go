@@ -1,17 +1,12 @@
 package ui
 
 import (
-	"context"
 	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/airlockhq/airlock/auth/oidc"
 )
@@ -21,17 +16,6 @@ import (
 // Strict cookie would not be sent with it. Its path is the flow's own.
 const flowCookie = "airlock_oidc"
 
-// flowMAC binds a flow's cookie to the server (every replica's key).
-func (u *UI) flowMAC(ctx context.Context, value string) (string, error) {
-	k, err := u.key(ctx)
-	if err != nil {
-		return "", err
-	}
-	m := hmac.New(sha256.New, k)
-	m.Write([]byte("oidc-flow:" + value))
-	return hex.EncodeToString(m.Sum(nil)), nil
-}
-
 func (u *UI) ssoStart(w http.ResponseWriter, r *http.Request) {
 	to, f, err := u.cfg.SSO.Start(r.Context())
 	if err != nil {
@@ -40,7 +24,7 @@ func (u *UI) ssoStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	value := f.State + "." + f.Nonce + "." + f.Verifier
-	mac, err := u.flowMAC(r.Context(), value)
+	mac, err := u.mac(r.Context(), "oidc-flow", value)
 	if err != nil {
 		u.fail(w, r, err)
 		return
@@ -60,7 +44,7 @@ func (u *UI) flowOf(r *http.Request) (oidc.Flow, bool) {
 	if len(parts) != 4 {
 		return oidc.Flow{}, false
 	}
-	want, err := u.flowMAC(r.Context(), strings.Join(parts[:3], "."))
+	want, err := u.mac(r.Context(), "oidc-flow", strings.Join(parts[:3], "."))
 	if err != nil || !hmac.Equal([]byte(parts[3]), []byte(want)) {
 		return oidc.Flow{}, false
 	}
@@ -85,18 +69,12 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	addr := u.clientAddr(r)
-	if u.cfg.Throttle != nil {
-		if wait := u.cfg.Throttle.Wait(addr, "signin"); wait > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
-			u.render(w, r, http.StatusTooManyRequests, "signin", "Sign in", nil, fmt.Sprintf("Too many failed sign-ins from this address; try again in %s.", wait.Round(time.Second)))
-			return
-		}
+	if u.throttled(w, r, addr) {
+		return
 	}
 	id, err := u.cfg.SSO.Finish(r.Context(), f, q.Get("code"))
 	if errors.Is(err, oidc.ErrRefused) {
-		if u.cfg.Throttle != nil {
-			u.cfg.Throttle.Fail(addr, "signin")
-		}
+		u.cfg.Throttle.Fail(addr, "signin")
 		u.log.Warn("airlock ui: single sign-on refused", "err", err)
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, strings.TrimPrefix(err.Error(), oidc.ErrRefused.Error()+": ")+".")
 		return
@@ -106,9 +84,7 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusBadGateway, "signin", "Sign in", nil, "The sign-in could not be completed with the identity provider; try again.")
 		return
 	}
-	if u.cfg.Throttle != nil {
-		u.cfg.Throttle.Succeed(addr)
-	}
+	u.cfg.Throttle.Succeed(addr)
 	if !u.startSession(w, r, Principal{Name: id.Name, Role: id.Role}, id.Subject) {
 		return
 	}

@@ -57,15 +57,13 @@ type Config struct {
 		Ask(ctx context.Context, rec *airlock.Record) (*airlock.Reconciliation, error)
 	}
 	// SSO signs people in through an OpenID Connect provider
-	// (auth/oidc.Login). Default: none (tokens only).
+	// (auth/oidc.Login); its button says the manifest's auth.oidc.label.
+	// Default: none (tokens only).
 	SSO SSO
-	// SSOLabel is the sign-in button's text. Default "Sign in with
-	// single sign-on".
-	SSOLabel string
 	// SessionTTL is how long a sign-in lasts. Default 8h.
 	SessionTTL time.Duration
 	// Throttle slows down guessing at sign-in per client address (the
-	// gateway's, shared with its bearer tokens). Default: none.
+	// gateway's, shared with its bearer tokens). Default: none (no limit).
 	Throttle Throttle
 	// ClientAddr and Secure read a request through the trusted proxies
 	// (gateway.Proxies): the client's address, and whether it came over
@@ -138,8 +136,8 @@ func New(cfg Config) (*UI, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
 	}
-	if cfg.SSOLabel == "" {
-		cfg.SSOLabel = "Sign in with single sign-on"
+	if cfg.Throttle == nil {
+		cfg.Throttle = noThrottle{}
 	}
 	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger}
 	if u.log == nil {
@@ -355,7 +353,11 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 		d["CSRF"] = pre
 	}
 	if u.cfg.SSO != nil && page == "signin" {
-		d["SSO"] = u.cfg.SSOLabel
+		spec := u.cfg.Manifest.Auth.OIDC
+		if spec == nil {
+			spec = &airlock.OIDCSpec{}
+		}
+		d["SSO"] = spec.LabelOr()
 	}
 	for k, v := range data {
 		d[k] = v
@@ -372,7 +374,7 @@ func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
 	// The cookie carries it with the server's MAC, so that a value the
 	// client made up is not taken for one.
 	pre := randomHex(16)
-	mac, err := u.preMAC(r.Context(), pre)
+	mac, err := u.mac(r.Context(), "pre-sign-in", pre)
 	if err != nil {
 		u.fail(w, r, err)
 		return
@@ -401,14 +403,15 @@ func (u *UI) key(ctx context.Context) ([]byte, error) {
 	return k, nil
 }
 
-// preMAC is the server's MAC of a pre-session token.
-func (u *UI) preMAC(ctx context.Context, pre string) (string, error) {
+// mac binds value to the server (every replica's key), for one purpose:
+// the pre-session token, or a single sign-on's flow.
+func (u *UI) mac(ctx context.Context, purpose, value string) (string, error) {
 	k, err := u.key(ctx)
 	if err != nil {
 		return "", err
 	}
 	m := hmac.New(sha256.New, k)
-	m.Write([]byte(pre))
+	m.Write([]byte(purpose + ":" + value))
 	return hex.EncodeToString(m.Sum(nil)), nil
 }
 
@@ -423,21 +426,35 @@ func (u *UI) preToken(r *http.Request) (string, bool) {
 	if !ok || pre == "" {
 		return "", false
 	}
-	want, err := u.preMAC(r.Context(), pre)
+	want, err := u.mac(r.Context(), "pre-sign-in", pre)
 	if err != nil || !hmac.Equal([]byte(mac), []byte(want)) {
 		return "", false
 	}
 	return pre, true
 }
 
+// throttled answers 429 when addr must wait before its next sign-in.
+func (u *UI) throttled(w http.ResponseWriter, r *http.Request, addr string) bool {
+	wait := u.cfg.Throttle.Wait(addr, "signin")
+	if wait <= 0 {
+		return false
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+	u.render(w, r, http.StatusTooManyRequests, "signin", "Sign in", nil, fmt.Sprintf("Too many failed sign-ins from this address; try again in %s.", wait.Round(time.Second)))
+	return true
+}
+
+// noThrottle lets every attempt through (Config.Throttle unset).
+type noThrottle struct{}
+
+func (noThrottle) Wait(string, string) time.Duration { return 0 }
+func (noThrottle) Fail(string, string)               {}
+func (noThrottle) Succeed(string)                    {}
+
 func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	addr := u.clientAddr(r)
-	if u.cfg.Throttle != nil {
-		if wait := u.cfg.Throttle.Wait(addr, "signin"); wait > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
-			u.render(w, r, http.StatusTooManyRequests, "signin", "Sign in", nil, fmt.Sprintf("Too many failed sign-ins from this address; try again in %s.", wait.Round(time.Second)))
-			return
-		}
+	if u.throttled(w, r, addr) {
+		return
 	}
 	pre, ok := u.preToken(r)
 	if !ok || r.PostFormValue("csrf") == "" || subtle.ConstantTimeCompare([]byte(pre), []byte(r.PostFormValue("csrf"))) != 1 {
@@ -446,15 +463,11 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	p, ok := u.cfg.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
-		if u.cfg.Throttle != nil {
-			u.cfg.Throttle.Fail(addr, "signin")
-		}
+		u.cfg.Throttle.Fail(addr, "signin")
 		u.render(w, r, http.StatusUnauthorized, "signin", "Sign in", nil, "Unknown token.")
 		return
 	}
-	if u.cfg.Throttle != nil {
-		u.cfg.Throttle.Succeed(addr)
-	}
+	u.cfg.Throttle.Succeed(addr)
 	if p.Role != airlock.RoleApprover && p.Role != airlock.RoleAdmin {
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "Agent tokens cannot sign in; use an approver or admin token.")
 		return

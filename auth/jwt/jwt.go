@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -168,11 +169,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Principal, error) {
 	}
 	v.mu.Lock()
 	if len(v.verified) >= cacheTokens {
-		for k, c := range v.verified { // drop the expired, or any one
-			if !now.Before(c.until) || len(v.verified) >= cacheTokens {
-				delete(v.verified, k)
-			}
-		}
+		clear(v.verified) // rare: each token is verified once again
 	}
 	if limit := now.Add(cacheFor); until.After(limit) {
 		until = limit
@@ -232,7 +229,7 @@ func (v *Verifier) verify(ctx context.Context, raw string, now time.Time) (Princ
 		return Principal{}, time.Time{}, refused("the token is not valid before %s", unix(*c.NotBefore).UTC().Format(time.RFC3339))
 	}
 	want := is.spec.AudienceOr(v.cfg.Resource)
-	if auds := audiences(c.Audience); !contains(auds, want) {
+	if auds := audiences(c.Audience); !slices.Contains(auds, want) {
 		return Principal{}, time.Time{}, refused("the token's audience %q is not %s", auds, want)
 	}
 	var all map[string]any
@@ -253,15 +250,6 @@ func audiences(raw json.RawMessage) []string {
 	return many
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // lookup reads a claim by a dotted path.
 func lookup(m map[string]any, path string) any {
 	var v any = m
@@ -274,8 +262,6 @@ func lookup(m map[string]any, path string) any {
 	}
 	return v
 }
-
-var rank = map[string]int{airlock.RoleAgent: 1, airlock.RoleApprover: 2, airlock.RoleAdmin: 3}
 
 // mapClaims names the caller and gives it the highest role its claim's
 // values map to, or the issuer's role.
@@ -300,7 +286,7 @@ func mapClaims(spec *airlock.IssuerSpec, all map[string]any) (Principal, error) 
 	}
 	role := ""
 	for _, val := range values {
-		if r := spec.Roles[val]; rank[r] > rank[role] {
+		if r := spec.Roles[val]; airlock.RoleRank(r) > airlock.RoleRank(role) {
 			role = r
 		}
 	}

@@ -186,13 +186,9 @@ func MapClaims(spec *airlock.OIDCSpec, issuer, subject string, claims map[string
 		}
 	}
 	for _, v := range values {
-		switch spec.Roles[v] {
-		case airlock.RoleAdmin:
-			id.Role = airlock.RoleAdmin
-		case airlock.RoleApprover:
-			if id.Role == "" {
-				id.Role = airlock.RoleApprover
-			}
+		// The page has no agents: only approver and admin count.
+		if r := spec.Roles[v]; (r == airlock.RoleApprover || r == airlock.RoleAdmin) && airlock.RoleRank(r) > airlock.RoleRank(id.Role) {
+			id.Role = r
 		}
 	}
 	if id.Role == "" {

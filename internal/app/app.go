@@ -152,6 +152,9 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			if a.Guard != nil {
+				a.Guard.Close() // its event writer runs from NewGuard on
+			}
 			a.closeParts()
 		}
 	}()
@@ -201,9 +204,11 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	})
 	var noticeSecret []byte
 	if n := m.Notify; n.SecretEnv != "" {
-		if noticeSecret = []byte(os.Getenv(n.SecretEnv)); len(noticeSecret) == 0 {
-			return nil, fmt.Errorf("notify.secret_env: environment variable %s is not set", n.SecretEnv)
+		v, err := secretFromEnv("notify.secret_env", n.SecretEnv)
+		if err != nil {
+			return nil, err
 		}
+		noticeSecret = []byte(v)
 	} else if n.Webhook != "" {
 		a.log.Warn("airlock: notify.webhook is set without notify.secret_env: notices are not signed, and the receiver cannot tell them from anyone's")
 	}
@@ -225,16 +230,15 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		issued = jwt.New(jwt.Config{Resource: m.Auth.Resource, Issuers: m.Auth.Issuers})
 	}
 	var sso ui.SSO
-	ssoLabel := ""
 	if o := m.Auth.OIDC; o != nil {
-		secret := os.Getenv(o.ClientSecretEnv)
-		if secret == "" {
-			return nil, fmt.Errorf("auth.oidc.client_secret_env: environment variable %s is not set", o.ClientSecretEnv)
+		secret, err := secretFromEnv("auth.oidc.client_secret_env", o.ClientSecretEnv)
+		if err != nil {
+			return nil, err
 		}
-		sso, ssoLabel = oidc.New(oidc.Config{Spec: *o, ClientSecret: secret}), o.LabelOr()
+		sso = oidc.New(oidc.Config{Spec: *o, ClientSecret: secret})
 	}
 	a.web, err = ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
-		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure, SSO: sso, SSOLabel: ssoLabel,
+		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure, SSO: sso,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			p, ok := gateway.Authenticate(tokens, token)
 			return ui.Principal{Name: p.Name, Role: p.Role}, ok
@@ -341,6 +345,16 @@ func (a *App) connectUpstreams() {
 		a.upstreams[name] = c
 		a.closers = append(a.closers, c.Close)
 	}
+}
+
+// secretFromEnv reads the secret the manifest's field names the variable
+// of; an unset or empty variable is an error naming both.
+func secretFromEnv(field, name string) (string, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("%s: environment variable %s is not set", field, name)
+	}
+	return v, nil
 }
 
 func mcpOptions(u *airlock.MCPUpstream) *upmcp.Options {

@@ -21,6 +21,7 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/upstream"
@@ -31,6 +32,12 @@ tools:
   - name: lookup
     kind: read
     input_schema: {type: object, properties: {id: {type: string}}}
+  - name: note
+    kind: write
+    input_schema: {type: object, properties: {id: {type: string}}, required: [id]}
+    natural_key: [{field: id}]
+    window: forever
+    answers: {undo: "yes", approver: "no one", on_repeat: "one note per id"}
 auth:
   resource: "RESOURCE"
   issuers:
@@ -42,6 +49,11 @@ auth:
 // the provider started here issues (its access tokens name its client id
 // as their audience, so the client id is airlock's resource URL).
 func issuedSetup(t *testing.T) (idp *mockoidc.MockOIDC, base string) {
+	idp, base, _ = issuedApp(t)
+	return idp, base
+}
+
+func issuedApp(t *testing.T) (idp *mockoidc.MockOIDC, base string, a *app.App) {
 	t.Helper()
 	idp, err := mockoidc.NewServer(nil)
 	if err != nil {
@@ -68,7 +80,7 @@ func issuedSetup(t *testing.T) (idp *mockoidc.MockOIDC, base string) {
 	lookup := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"found":true}`)}
 	})
-	a, err := app.New(context.Background(), &app.Config{Manifest: m, Funcs: map[string]upstream.Caller{"lookup": lookup},
+	a, err = app.New(context.Background(), &app.Config{Manifest: m, Funcs: map[string]upstream.Caller{"lookup": lookup, "note": lookup},
 		DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +98,45 @@ func issuedSetup(t *testing.T) (idp *mockoidc.MockOIDC, base string) {
 		defer cancel()
 		_ = a.Close(ctx)
 	})
-	return idp, base
+	return idp, base, a
+}
+
+// A call over MCP with an issued token is recorded in the audit log under
+// the name the token gives (its subject), as the session's principal.
+func TestIssuedTokenNamesTheActorOverMCP(t *testing.T) {
+	t.Parallel()
+	idp, base, a := issuedApp(t)
+	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc-7", "aud": base + "/mcp", "exp": time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearer(tok)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "note", Arguments: map[string]any{"id": "n-1"}}); err != nil || res.IsError {
+		t.Fatalf("note: %+v %v", res, err)
+	}
+	a.Guard.Wait()
+	if _, err := audit.SealPending(ctx, a.Store); err != nil {
+		t.Fatal(err)
+	}
+	events, err := a.Store.AuditLog(ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actors []string
+	for _, e := range events {
+		if e.Tool == "note" && (e.Kind == airlock.EventClaimed || e.Kind == airlock.EventCompleted) {
+			actors = append(actors, e.Actor)
+		}
+	}
+	if len(actors) != 2 || actors[0] != "svc-7" || actors[1] != "svc-7" {
+		t.Fatalf("the call's claimed and completed events name %q; want svc-7", actors)
+	}
 }
 
 // An MCP client that implements the MCP authorization specification (the

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -10,11 +11,15 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	gojwt "github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
+
+	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 const ssoManifest = `version: 1
@@ -243,5 +248,29 @@ func TestSingleSignOnReadsGroupsFromUserinfo(t *testing.T) {
 	}
 	if resp, page := f.get(t, c, f.base+"/ui/"); resp.StatusCode != http.StatusOK || !strings.Contains(page, "kim@x.example (approver)") {
 		t.Fatalf("the queue: %d %s", resp.StatusCode, page)
+	}
+}
+
+// A secret the manifest names the variable of must be set at start: the
+// error names the field and the variable.
+func TestUnsetSecretsStopTheStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, manifest, want string }{
+		{"oidc", strings.NewReplacer("ISSUER", "https://idp.example.com", "CLIENT", "airlock", "SECRET_ENV", "AIRLOCK_TEST_UNSET_OIDC").Replace(ssoManifest),
+			"auth.oidc.client_secret_env: environment variable AIRLOCK_TEST_UNSET_OIDC is not set"},
+		{"notify", "version: 1\nnotify: {webhook: \"https://hooks.example.com/x\", secret_env: AIRLOCK_TEST_UNSET_NOTIFY}\ntools:\n  - {name: lookup, kind: read, input_schema: {type: object}}\n",
+			"notify.secret_env: environment variable AIRLOCK_TEST_UNSET_NOTIFY is not set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m, err := manifest.Parse([]byte(strings.ReplaceAll(tc.manifest, "HASH", strings.Repeat("0", 64))), "m.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = app.New(context.Background(), &app.Config{Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

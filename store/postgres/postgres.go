@@ -260,13 +260,13 @@ func (s *Store) MigrateWith(ctx context.Context, more ...func(context.Context) e
 	return nil
 }
 
-// Ping implements airlock.Store: the database answers and is migrated.
 // ProbeWrite implements airlock.Store.
 func (s *Store) ProbeWrite(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO airlock_ready (id, at) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at`)
 	return err
 }
 
+// Ping implements airlock.Store: the database answers and is migrated.
 func (s *Store) Ping(ctx context.Context) error {
 	ms, err := loadMigrations()
 	if err != nil {

@@ -306,7 +306,6 @@ func completeArgs(c *airlock.Completion) []any {
 		airlock.CompletionOutcome(c.State), c.TimedOut, c.Took.Microseconds(), nullText(c.Content)}
 }
 
-// ListRecords implements airlock.Store.
 // InDoubtByTool implements airlock.RecordStore.
 func (s *Store) InDoubtByTool(ctx context.Context) (map[string]int, error) {
 	rows, err := s.pool.Query(ctx, `SELECT tool, count(*) FROM airlock_records WHERE state = 'in_doubt' GROUP BY tool`)
@@ -326,6 +325,7 @@ func (s *Store) InDoubtByTool(ctx context.Context) (map[string]int, error) {
 	return out, rows.Err()
 }
 
+// ListRecords implements airlock.Store.
 func (s *Store) ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err

@@ -382,7 +382,6 @@ func (s *Store) Migrate(ctx context.Context) error {
 	})
 }
 
-// Ping implements airlock.Store: the database answers and is migrated.
 // ProbeWrite implements airlock.Store: through the writer, as a claim goes.
 func (s *Store) ProbeWrite(ctx context.Context) error {
 	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
@@ -391,6 +390,7 @@ func (s *Store) ProbeWrite(ctx context.Context) error {
 	})
 }
 
+// Ping implements airlock.Store: the database answers and is migrated.
 func (s *Store) Ping(ctx context.Context) error {
 	ms, err := migrations.Load(mustSub(migrationFiles, "migrations"))
 	if err != nil {
