@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -179,8 +180,13 @@ func (d *dropWriter) Flush() {
 func (d *dropWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // checkJSONRPC returns a JSON-RPC error code and message when body is not
-// one JSON-RPC message (a batch, which the SDK refuses in its own words,
-// passes).
+// one JSON-RPC message the SDK can read whole: not JSON, a batch (no
+// revision airlock serves over HTTP takes one, and the SDK's stdio reader
+// would end the session on it), not an object with "jsonrpc": "2.0" and a
+// method, or an id that is not a string or an integer the SDK can hold
+// (it would end a stdio session on an object id, and answer 1.5 as 1 or an
+// id beyond int64 as another number: the answer must name the request's
+// own id or none).
 func checkJSONRPC(body []byte) (int, string) {
 	trimmed := bytes.TrimSpace(body)
 	if !json.Valid(trimmed) {
@@ -192,10 +198,11 @@ func checkJSONRPC(body []byte) (int, string) {
 		return rpcParseError, "parse error: the body is not JSON (" + err.Error() + "); send one JSON-RPC 2.0 message"
 	}
 	if trimmed[0] == '[' {
-		return 0, ""
+		return rpcInvalidRequest, "invalid request: a batch (a JSON array of messages) is not served; send one JSON-RPC 2.0 message at a time"
 	}
 	var msg struct {
 		JSONRPC *string         `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
 		Method  json.RawMessage `json:"method"`
 		Result  json.RawMessage `json:"result"`
 		Error   json.RawMessage `json:"error"`
@@ -215,7 +222,42 @@ func checkJSONRPC(body []byte) (int, string) {
 			return rpcInvalidRequest, "invalid request: \"method\" must be a non-empty string such as \"tools/call\""
 		}
 	}
+	if msg.ID != nil {
+		// A response may carry a null id (its request could not be read).
+		if problem := idProblem(msg.ID, msg.Method == nil); problem != "" {
+			return rpcInvalidRequest, "invalid request: \"id\" " + problem
+		}
+	}
 	return 0, ""
+}
+
+// idProblem says what is wrong with a message's id, "" when nothing: it
+// is a string or an integer within int64 (null only where nullOK).
+func idProblem(id json.RawMessage, nullOK bool) string {
+	const want = "must be a string or an integer"
+	switch id[0] {
+	case '"':
+		return ""
+	case 'n':
+		if nullOK {
+			return ""
+		}
+		return want + ", not null"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		if bytes.ContainsAny(id, ".eE") {
+			return want + fmt.Sprintf(", not the fraction or exponent %s", id)
+		}
+		if _, err := strconv.ParseInt(string(id), 10, 64); err != nil {
+			return fmt.Sprintf("%s is beyond a 64-bit integer; send it as a string", id)
+		}
+		return ""
+	case '{':
+		return want + ", not an object"
+	case '[':
+		return want + ", not an array"
+	default:
+		return want + ", not a boolean"
+	}
 }
 
 func methodOf(body []byte) string {

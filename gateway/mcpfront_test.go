@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
@@ -118,6 +119,12 @@ func TestMCPEdgeAnswersJSONRPCErrors(t *testing.T) {
 		{"no method", `{"jsonrpc": "2.0", "id": 1}`, 400, -32600, `"method" is required`},
 		{"method not a string", `{"jsonrpc": "2.0", "id": 1, "method": 7}`, 400, -32600, `"method" must be a non-empty string`},
 		{"too large", `{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": "` + strings.Repeat("a", 5000) + `"}}`, 413, -32600, "larger than 4096 bytes (the limit is limits.request_bytes"},
+		{"batch", `[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]`, 400, -32600, "a batch"},
+		// The SDK would answer 1.5 as 1 and this id as -9223372036854775808.
+		{"fractional id", `{"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"}`, 400, -32600, `"id" must be a string or an integer, not the fraction`},
+		{"id beyond int64", `{"jsonrpc": "2.0", "id": 99999999999999999999999, "method": "tools/list"}`, 400, -32600, "beyond a 64-bit integer; send it as a string"},
+		{"object id", `{"jsonrpc": "2.0", "id": {"n": 1}, "method": "tools/list"}`, 400, -32600, `"id" must be a string or an integer, not an object`},
+		{"null id", `{"jsonrpc": "2.0", "id": null, "method": "tools/list"}`, 400, -32600, `not null`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -234,5 +241,111 @@ func TestStdioEdgeAnswersAndGoesOn(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if res, _ := next()["result"].(map[string]any); res["tools"] == nil {
 		t.Fatalf("tools/list after bad lines: %v", res)
+	}
+}
+
+// Every message over stdio that is not a request the server can serve — a
+// batch, an id that is an object, a fraction or beyond int64, invalid
+// JSON, an unknown method — gets a JSON-RPC error, and the server goes
+// on: a call in flight still gets its answer, and a good call on the same
+// pipe is served.
+func TestStdioSurvivesBadMessages(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	funcs := frontFuncs()
+	funcs["note"] = upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
+		<-release
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"noted":true}`)}
+	})
+	g := frontGatewayWith(t, testManifest, funcs)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = g.MCPServer().Run(ctx, g.StdioTransport(inR, outW))
+		outW.Close()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		inW.Close()
+		outR.Close()
+		<-exited
+	})
+	answers := make(chan map[string]any, 64)
+	go func() {
+		lines := bufio.NewScanner(outR)
+		lines.Buffer(make([]byte, 1<<20), 1<<20)
+		for lines.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+				m = map[string]any{"unreadable": lines.Text()}
+			}
+			answers <- m
+		}
+		close(answers)
+	}()
+	next := func(what string) map[string]any {
+		t.Helper()
+		select {
+		case m, ok := <-answers:
+			if !ok {
+				<-exited
+				t.Fatalf("%s: the server stopped answering (exit: %v)", what, runErr)
+			}
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer in 10 s", what)
+			return nil
+		}
+	}
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatalf("write %s: %v", line, err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next("initialize")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// A write that waits until released: in flight through every bad line.
+	send(`{"jsonrpc":"2.0","id":"in-flight","method":"tools/call","params":{"name":"note","arguments":{"record_id":"R-1"}}}`)
+	for _, tc := range []struct {
+		name, line string
+		code       float64
+		id         any
+		message    string
+	}{
+		{"batch", `[{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`, -32600, nil, "batch"},
+		{"empty batch", `[]`, -32600, nil, "batch"},
+		{"object id", `{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}`, -32600, nil, `"id" must be a string or an integer`},
+		{"array id", `{"jsonrpc":"2.0","id":[1],"method":"tools/list"}`, -32600, nil, `"id" must be a string or an integer`},
+		{"bool id", `{"jsonrpc":"2.0","id":true,"method":"tools/list"}`, -32600, nil, `"id" must be a string or an integer`},
+		{"fractional id", `{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}`, -32600, nil, `"id" must be a string or an integer`},
+		{"id beyond int64", `{"jsonrpc":"2.0","id":99999999999999999999999,"method":"tools/list"}`, -32600, nil, "64-bit"},
+		{"exponent id", `{"jsonrpc":"2.0","id":1e3,"method":"tools/list"}`, -32600, nil, `"id" must be a string or an integer`},
+		{"invalid JSON", `{"jsonrpc":"2.0",`, -32700, nil, "parse error"},
+		{"unknown method", `{"jsonrpc":"2.0","id":7,"method":"no/such/method"}`, -32601, float64(7), "no/such/method"},
+	} {
+		send(tc.line)
+		m := next(tc.name)
+		e, _ := m["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if e == nil || e["code"] != tc.code || !strings.Contains(msg, tc.message) || m["id"] != tc.id {
+			t.Errorf("%s: answer %v; want code %v naming %q, id %v", tc.name, m, tc.code, tc.message, tc.id)
+		}
+	}
+	close(release)
+	if m := next("the call in flight"); m["id"] != "in-flight" || m["result"] == nil {
+		t.Fatalf("the call in flight got %v", m)
+	}
+	send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"note","arguments":{"record_id":"R-1"}}}`)
+	m := next("a repeat after the bad lines")
+	res, _ := m["result"].(map[string]any)
+	sc, _ := res["structuredContent"].(map[string]any)
+	if m["id"] != float64(8) || sc["repeat"] != true {
+		t.Fatalf("the repeat got %v", m)
 	}
 }
