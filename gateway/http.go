@@ -57,10 +57,12 @@ func (g *Gateway) Handler() http.Handler {
 			mux.Handle("/.well-known/oauth-protected-resource", meta)
 		}
 	}
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.mcp }, StreamableOptions(g.maxBody, g.idle))
+	server := func(*http.Request) *mcp.Server { return g.mcp }
+	stateful := mcp.NewStreamableHTTPHandler(server, StreamableOptions(g.maxBody, g.idle))
+	stateless := mcp.NewStreamableHTTPHandler(server, StatelessOptions(g.maxBody))
 	// The MCP spec asks servers to check Origin: a browser page on another
 	// origin must not drive the agent's tools.
-	mux.Handle("/mcp", g.require(agents, http.NewCrossOriginProtection().Handler(g.mcpFront(mcpHandler))))
+	mux.Handle("/mcp", g.require(agents, http.NewCrossOriginProtection().Handler(g.mcpFront(stateful, stateless))))
 
 	if g.ui != nil {
 		mux.Handle("/ui/", g.ui)
@@ -326,4 +328,10 @@ func (g *Gateway) handleRecords(w http.ResponseWriter, r *http.Request) {
 // MCP server with them too, so that the two differ only by airlock.
 func StreamableOptions(maxBody int64, idle time.Duration) *mcp.StreamableHTTPOptions {
 	return &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: maxBody, SessionTimeout: idle}
+}
+
+// StatelessOptions are the options /mcp serves 2026-07-28 requests with
+// (no session; each request is whole), for a body limit of maxBody bytes.
+func StatelessOptions(maxBody int64) *mcp.StreamableHTTPOptions {
+	return &mcp.StreamableHTTPOptions{MaxRequestBodyBytes: maxBody, Stateless: true}
 }

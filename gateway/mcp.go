@@ -131,21 +131,35 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		// to the principal (guardSession); name the actor. A request outside
 		// a session airlock saw opened is authenticated again from its
 		// headers.
-		if owner := g.sessions.ownerOf(sessionID(req.Session)); owner != "" {
-			ctx = airlock.WithActor(ctx, owner)
-		} else if req.Extra != nil && req.Extra.Header != nil {
+		// A request of 2026-07-28 has no session: its HTTP request's
+		// context carries the principal.
+		overHTTP := req.Extra != nil && req.Extra.Header != nil
+		stateless := overHTTP && sessionID(req.Session) == ""
+		actor := g.sessions.ownerOf(sessionID(req.Session))
+		if p, ok := PrincipalFrom(ctx); actor == "" && ok {
+			actor = p.Name
+		}
+		if actor == "" && overHTTP {
 			if p, err := g.authenticate(&http.Request{Header: req.Extra.Header}); err == nil {
-				ctx = airlock.WithActor(ctx, p.Name)
+				actor = p.Name
 			}
 		}
+		if actor != "" {
+			ctx = airlock.WithActor(ctx, actor)
+		}
 		run := runFromMeta(req.Params.Meta)
-		if run == "" && req.Extra != nil && req.Extra.Header != nil {
+		if run == "" && overHTTP {
 			run = req.Extra.Header.Get(RunHeader)
 		}
-		if run == "" && req.Session != nil {
+		switch {
+		case run != "":
+		case stateless && actor != "":
+			// No run named and no session to be one: the principal's
+			// sessionless calls are one run (docs/gateway.md, "Runs").
+			run = StatelessRunPrefix + actor
+		case req.Session != nil && req.Session.ID() != "":
 			run = req.Session.ID()
-		}
-		if run == "" {
+		default:
 			run = g.run
 		}
 		args := req.Params.Arguments
@@ -174,8 +188,10 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 			defer relay.end()
 			creq.Progress = relay.send
 		}
-		if t := g.m.Tool(name); req.Session != nil && t != nil && t.Kind == airlock.KindRead {
-			// Only reads relay an upstream's messages to their agent.
+		if t := g.m.Tool(name); req.Session != nil && !stateless && t != nil && t.Kind == airlock.KindRead {
+			// Only reads relay an upstream's messages to their agent, and
+			// only in a session (a 2026-07-28 request has none: an
+			// upstream's questions reach it as inputRequests).
 			creq.Peer = g.peers.of(ctx, req.Session)
 		}
 		a, err := g.Call(ctx, creq)
@@ -222,6 +238,10 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		return res, nil
 	}
 }
+
+// StatelessRunPrefix begins the run id of a 2026-07-28 call that names no
+// run: "stateless:" and the principal's name.
+const StatelessRunPrefix = "stateless:"
 
 // _meta fields of a tools/call besides the run: the W3C trace context
 // (named as its headers are) and the model's tool call id.

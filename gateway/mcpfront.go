@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -37,28 +38,33 @@ func textProblem(body []byte) string {
 	return "invalid params: the message " + asError(err).Message + "; nothing was executed"
 }
 
-// firstStatelessRevision is the MCP revision that removed sessions; airlock
-// serves /mcp with sessions (the run of a call, notifications to the
-// caller), so it serves the revisions before it (docs/gateway.md).
+// firstStatelessRevision is the MCP revision that removed sessions and
+// initialize: a request of it (or later) is served by the stateless
+// handler, one of an earlier revision in a session (docs/gateway.md).
 const firstStatelessRevision = "2026-07-28"
 
-// ServedMCPVersions are the MCP revisions /mcp negotiates, newest first.
-func ServedMCPVersions() []string {
-	return slices.DeleteFunc(mcp.SupportedProtocolVersions(), func(v string) bool { return v >= firstStatelessRevision })
-}
+// ServedMCPVersions are the MCP revisions /mcp serves, newest first:
+// 2026-07-28 without sessions, the ones before it with initialize.
+func ServedMCPVersions() []string { return mcp.SupportedProtocolVersions() }
 
-// mcpFront checks each POST to /mcp before the SDK sees it: a body over
-// the limit, a body that is not JSON and a message that is not JSON-RPC
-// get a JSON-RPC error naming what is wrong (the SDK answers them in plain
-// text); server/discover — the 2026-07-28 probe — is answered with
-// "unsupported protocol version" and the revisions served, so that every
-// client falls back to initialize at a revision both sides speak, rather
-// than taking a success for a stateless server it is not talking to.
-func (g *Gateway) mcpFront(next http.Handler) http.Handler {
+// MetaProtocolVersion is the _meta field in which a 2026-07-28 request
+// names its revision.
+const MetaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+
+// mcpFront checks each POST to /mcp before the SDK sees it, and sends it
+// to the handler of its revision. A body over the limit, a body that is
+// not JSON, a message that is not JSON-RPC, a malformed _meta and a
+// protocol version no revision has get a JSON-RPC error naming what is
+// wrong (the SDK answers some of them in plain text, and reads others
+// into another value). A request without a session that speaks 2026-07-28
+// — server/discover, or the revision in its MCP-Protocol-Version header
+// or its _meta — goes to the stateless handler; everything else (an
+// initialize, a session's requests, GET and DELETE) to the stateful one.
+func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, _ := PrincipalFrom(r.Context())
 		if r.Method != http.MethodPost {
-			g.guardSession(w, r, p.Name, "", nil, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
+			g.guardSession(w, r, p.Name, "", nil, func(w http.ResponseWriter) { stateful.ServeHTTP(w, r) })
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
@@ -75,54 +81,48 @@ func (g *Gateway) mcpFront(next http.Handler) http.Handler {
 			writeRPCError(w, http.StatusBadRequest, rpcParseError, "the request body could not be read: "+err.Error(), nil)
 			return
 		}
-		if code, msg := checkJSONRPC(body); code != 0 {
-			writeRPCError(w, http.StatusBadRequest, code, msg, nil)
+		msg, code, problem := parseEdge(body)
+		if code != 0 {
+			writeRPCError(w, http.StatusBadRequest, code, problem, nil, msg.id())
 			return
 		}
-		if msg := textProblem(body); msg != "" {
-			writeRPCError(w, http.StatusBadRequest, rpcInvalidParams, msg, nil, idOf(body))
+		if problem := textProblem(body); problem != "" {
+			writeRPCError(w, http.StatusBadRequest, rpcInvalidParams, problem, nil, msg.ID)
 			return
 		}
-		m := methodOf(body)
-		if m == "server/discover" {
-			requested := r.Header.Get("Mcp-Protocol-Version")
-			if requested == "" {
-				requested = metaProtocolVersion(body)
-			}
-			writeRPCError(w, http.StatusOK, rpcUnsupportedProtocolVersion,
-				fmt.Sprintf("protocol version %q is not served here; initialize with one of the supported versions", requested),
-				map[string]any{"supported": ServedMCPVersions(), "requested": requested}, idOf(body))
+		session := r.Header.Get("Mcp-Session-Id")
+		requested := r.Header.Get("Mcp-Protocol-Version")
+		if requested == "" {
+			requested = msg.protocolVersion
+		}
+		if requested != "" && !slices.Contains(mcp.SupportedProtocolVersions(), requested) {
+			writeRPCError(w, http.StatusBadRequest, rpcUnsupportedProtocolVersion,
+				fmt.Sprintf("protocol version %q is not one airlock speaks; use one of %s", requested, strings.Join(ServedMCPVersions(), ", ")),
+				map[string]any{"supported": ServedMCPVersions(), "requested": requested}, msg.ID)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
-		session := r.Header.Get("Mcp-Session-Id")
-		switch id := idOf(body); {
-		case m == "notifications/cancelled":
+		if session == "" && (msg.Method == "server/discover" || requested >= firstStatelessRevision) {
+			// No session: the principal rides on the request's context.
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		switch {
+		case msg.Method == "notifications/cancelled":
 			// Mark the cancelled request before the SDK cancels its handler,
 			// so that the answer the handler still returns is not sent: the
 			// receiver of a cancellation SHOULD NOT respond. The work goes on,
 			// and the next repeat gets its result.
-			g.cancels.cancel(session, cancelledID(body))
-		case m != "" && len(id) > 0 && session != "":
+			g.cancels.cancel(session, string(msg.cancelledID))
+		case msg.Method != "" && len(msg.ID) > 0 && session != "":
 			d := &dropWriter{ResponseWriter: w}
-			done := g.cancels.track(session, string(id), d)
+			done := g.cancels.track(session, string(msg.ID), d)
 			defer done()
 			w = d
 		}
-		g.guardSession(w, r, p.Name, m, body, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
+		g.guardSession(w, r, p.Name, msg.Method, msg.ID, func(w http.ResponseWriter) { stateful.ServeHTTP(w, r) })
 	})
-}
-
-// cancelledID is the requestId of a notifications/cancelled, as JSON.
-func cancelledID(body []byte) string {
-	var msg struct {
-		Params struct {
-			RequestID json.RawMessage `json:"requestId"`
-		} `json:"params"`
-	}
-	_ = json.Unmarshal(body, &msg)
-	return string(msg.Params.RequestID)
 }
 
 // cancels are the requests in flight on /mcp, by session and JSON id, so
@@ -179,15 +179,42 @@ func (d *dropWriter) Flush() {
 
 func (d *dropWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
+// edgeMessage is what the edge reads of a JSON-RPC message, in one pass.
+type edgeMessage struct {
+	ID     json.RawMessage
+	Method string
+	// protocolVersion is _meta's io.modelcontextprotocol/protocolVersion.
+	protocolVersion string
+	// cancelledID is a notifications/cancelled's requestId.
+	cancelledID json.RawMessage
+}
+
+// id is the message's id when it is one an answer may name.
+func (m *edgeMessage) id() json.RawMessage {
+	if len(m.ID) == 0 || idProblem(m.ID, false) != "" {
+		return nil
+	}
+	return m.ID
+}
+
 // checkJSONRPC returns a JSON-RPC error code and message when body is not
-// one JSON-RPC message the SDK can read whole: not JSON, a batch (no
-// revision airlock serves over HTTP takes one, and the SDK's stdio reader
-// would end the session on it), not an object with "jsonrpc": "2.0" and a
-// method, or an id that is not a string or an integer the SDK can hold
-// (it would end a stdio session on an object id, and answer 1.5 as 1 or an
-// id beyond int64 as another number: the answer must name the request's
-// own id or none).
+// one JSON-RPC message the SDK can read whole (parseEdge).
 func checkJSONRPC(body []byte) (int, string) {
+	_, code, msg := parseEdge(body)
+	return code, msg
+}
+
+// parseEdge reads a message and says, with a JSON-RPC error code, what
+// keeps the SDK from reading it whole: not JSON, a batch (no revision
+// airlock serves over HTTP takes one, and the SDK's stdio reader would end
+// the session on it), not an object with "jsonrpc": "2.0" and a method, an
+// id that is not a string or an integer the SDK can hold (it would end a
+// stdio session on an object id, and answer 1.5 as 1 or an id beyond int64
+// as another number: the answer must name the request's own id or none),
+// or a _meta whose fields airlock reads are not of their type (the SDK or
+// airlock would drop them, and a call would run under another run id).
+func parseEdge(body []byte) (edgeMessage, int, string) {
+	var out edgeMessage
 	trimmed := bytes.TrimSpace(body)
 	if !json.Valid(trimmed) {
 		var v any
@@ -195,40 +222,100 @@ func checkJSONRPC(body []byte) (int, string) {
 		if len(trimmed) == 0 {
 			err = errors.New("the body is empty")
 		}
-		return rpcParseError, "parse error: the body is not JSON (" + err.Error() + "); send one JSON-RPC 2.0 message"
+		return out, rpcParseError, "parse error: the body is not JSON (" + err.Error() + "); send one JSON-RPC 2.0 message"
 	}
 	if trimmed[0] == '[' {
-		return rpcInvalidRequest, "invalid request: a batch (a JSON array of messages) is not served; send one JSON-RPC 2.0 message at a time"
+		return out, rpcInvalidRequest, "invalid request: a batch (a JSON array of messages) is not served; send one JSON-RPC 2.0 message at a time"
 	}
 	var msg struct {
 		JSONRPC *string         `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
 		Method  json.RawMessage `json:"method"`
+		Params  json.RawMessage `json:"params"`
 		Result  json.RawMessage `json:"result"`
 		Error   json.RawMessage `json:"error"`
 	}
 	if trimmed[0] != '{' || json.Unmarshal(trimmed, &msg) != nil {
-		return rpcInvalidRequest, "invalid request: a JSON-RPC message is an object with \"jsonrpc\": \"2.0\""
+		return out, rpcInvalidRequest, "invalid request: a JSON-RPC message is an object with \"jsonrpc\": \"2.0\""
 	}
+	out.ID = msg.ID
 	if msg.JSONRPC == nil || *msg.JSONRPC != "2.0" {
-		return rpcInvalidRequest, "invalid request: \"jsonrpc\" must be \"2.0\""
+		return out, rpcInvalidRequest, "invalid request: \"jsonrpc\" must be \"2.0\""
 	}
 	if msg.Method == nil && msg.Result == nil && msg.Error == nil {
-		return rpcInvalidRequest, "invalid request: \"method\" is required (a string such as \"tools/call\")"
+		return out, rpcInvalidRequest, "invalid request: \"method\" is required (a string such as \"tools/call\")"
 	}
 	if msg.Method != nil {
-		var m string
-		if json.Unmarshal(msg.Method, &m) != nil || m == "" {
-			return rpcInvalidRequest, "invalid request: \"method\" must be a non-empty string such as \"tools/call\""
+		if json.Unmarshal(msg.Method, &out.Method) != nil || out.Method == "" {
+			return out, rpcInvalidRequest, "invalid request: \"method\" must be a non-empty string such as \"tools/call\""
 		}
 	}
 	if msg.ID != nil {
 		// A response may carry a null id (its request could not be read).
 		if problem := idProblem(msg.ID, msg.Method == nil); problem != "" {
-			return rpcInvalidRequest, "invalid request: \"id\" " + problem
+			return out, rpcInvalidRequest, "invalid request: \"id\" " + problem
 		}
 	}
-	return 0, ""
+	if out.Method == "" || len(msg.Params) == 0 || msg.Params[0] != '{' {
+		return out, 0, ""
+	}
+	var params struct {
+		Meta      json.RawMessage `json:"_meta"`
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	_ = json.Unmarshal(msg.Params, &params)
+	out.cancelledID = params.RequestID
+	if len(params.Meta) == 0 || string(params.Meta) == "null" {
+		return out, 0, ""
+	}
+	if params.Meta[0] != '{' {
+		return out, rpcInvalidParams, "invalid params: \"_meta\" must be an object; nothing was executed"
+	}
+	var meta map[string]json.RawMessage
+	_ = json.Unmarshal(params.Meta, &meta)
+	for _, field := range metaStrings {
+		v, ok := meta[field]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			return out, rpcInvalidParams, fmt.Sprintf("invalid params: _meta[%q] must be a string, not %s; nothing was executed", field, kindOf(v))
+		}
+		if field == MetaProtocolVersion {
+			out.protocolVersion = s
+		}
+	}
+	if v, ok := meta[metaClientCapabilities]; ok && (len(v) == 0 || v[0] != '{') {
+		return out, rpcInvalidParams, fmt.Sprintf("invalid params: _meta[%q] must be an object, not %s; nothing was executed", metaClientCapabilities, kindOf(v))
+	}
+	return out, 0, ""
+}
+
+// metaStrings are the _meta fields airlock reads as text.
+var metaStrings = []string{MetaProtocolVersion, MetaRun, MetaCallID, metaTraceParent, metaTraceState}
+
+const metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+
+// kindOf names a JSON value's kind for an error message.
+func kindOf(v json.RawMessage) string {
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
 }
 
 // idProblem says what is wrong with a message's id, "" when nothing: it
@@ -258,33 +345,6 @@ func idProblem(id json.RawMessage, nullOK bool) string {
 	default:
 		return want + ", not a boolean"
 	}
-}
-
-func methodOf(body []byte) string {
-	var msg struct {
-		Method string `json:"method"`
-	}
-	_ = json.Unmarshal(body, &msg)
-	return msg.Method
-}
-
-func idOf(body []byte) json.RawMessage {
-	var msg struct {
-		ID json.RawMessage `json:"id"`
-	}
-	_ = json.Unmarshal(body, &msg)
-	return msg.ID
-}
-
-func metaProtocolVersion(body []byte) string {
-	var msg struct {
-		Params struct {
-			Meta map[string]any `json:"_meta"`
-		} `json:"params"`
-	}
-	_ = json.Unmarshal(body, &msg)
-	v, _ := msg.Params.Meta["io.modelcontextprotocol/protocolVersion"].(string)
-	return v
 }
 
 // writeRPCError writes a JSON-RPC error response; id is null when the

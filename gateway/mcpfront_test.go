@@ -133,8 +133,13 @@ func TestMCPEdgeAnswersJSONRPCErrors(t *testing.T) {
 			if status != tc.status || out["jsonrpc"] != "2.0" || e == nil || e["code"] != tc.code || !strings.Contains(e["message"].(string), tc.message) {
 				t.Errorf("HTTP %d %v; want %d, code %v, a message with %q", status, out, tc.status, tc.code, tc.message)
 			}
-			if _, ok := out["id"]; !ok || out["id"] != nil {
-				t.Errorf("id %v, want null", out["id"])
+			// The request's own id where it could be read, else null.
+			var want any
+			if id := gjsonID(tc.body); id != nil && tc.status != 413 {
+				want = id
+			}
+			if _, ok := out["id"]; !ok || out["id"] != want {
+				t.Errorf("id %v, want %v", out["id"], want)
 			}
 		})
 	}
@@ -155,32 +160,40 @@ func TestMCPEdgeAnswersJSONRPCErrors(t *testing.T) {
 	}
 }
 
-// server/discover is answered "unsupported protocol version" with the
-// revisions airlock serves, so a client probing for 2026-07-28 falls back
-// to initialize at one of them.
+// server/discover is answered with every revision /mcp serves, 2026-07-28
+// first, and initialize still opens a session at an earlier one.
 func TestMCPDiscoverNamesTheServedRevisions(t *testing.T) {
 	t.Parallel()
 	url := setupFront(t)
-	status, out := postMCP(t, url, `{"jsonrpc":"2.0","id":"d-1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
-		"Mcp-Protocol-Version", "2026-07-28")
-	e, _ := out["error"].(map[string]any)
-	if status != 200 || out["id"] != "d-1" || e == nil || e["code"] != float64(-32022) {
+	status, out := postMCP(t, url, `{"jsonrpc":"2.0","id":"d-1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`,
+		"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "server/discover")
+	res, _ := out["result"].(map[string]any)
+	if status != 200 || out["id"] != "d-1" || res == nil {
 		t.Fatalf("HTTP %d %v", status, out)
 	}
-	data, _ := e["data"].(map[string]any)
-	supported, _ := data["supported"].([]any)
-	if data["requested"] != "2026-07-28" || len(supported) == 0 || supported[0] != "2025-11-25" {
-		t.Errorf("data %v", data)
+	var got []string
+	for _, v := range res["supportedVersions"].([]any) {
+		got = append(got, v.(string))
 	}
-	for _, v := range supported {
-		if v.(string) >= "2026-07-28" {
-			t.Errorf("supported names %v, which /mcp does not serve", v)
-		}
+	if want := []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("supportedVersions %v, want %v", got, want)
 	}
-	// initialize at a served revision works.
-	status, out = postMCP(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	if res, _ := out["result"].(map[string]any); status != 200 || res["protocolVersion"] != "2025-11-25" {
-		t.Errorf("initialize: HTTP %d %v", status, out)
+	if res["capabilities"].(map[string]any)["tools"] == nil {
+		t.Errorf("capabilities %v: no tools", res["capabilities"])
+	}
+	// initialize at a session revision works, and opens a session.
+	req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer "+frontToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Mcp-Session-Id") == "" || !strings.Contains(string(body), `"protocolVersion":"2025-11-25"`) {
+		t.Errorf("initialize: HTTP %d, session %q: %s", resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), body)
 	}
 }
 
@@ -348,4 +361,23 @@ func TestStdioSurvivesBadMessages(t *testing.T) {
 	if m["id"] != float64(8) || sc["repeat"] != true {
 		t.Fatalf("the repeat got %v", m)
 	}
+}
+
+// gjsonID is a message's id when it is a string or an integer, else nil.
+func gjsonID(body string) any {
+	var m struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal([]byte(body), &m) != nil {
+		return nil
+	}
+	switch id := m.ID.(type) {
+	case string:
+		return id
+	case float64:
+		if id == float64(int64(id)) && id < 1<<53 {
+			return id
+		}
+	}
+	return nil
 }

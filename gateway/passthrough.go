@@ -130,6 +130,24 @@ func (p *passThrough) handle(ctx context.Context, method string, req mcp.Request
 	return res, true, err
 }
 
+// forwardMeta is the agent's _meta as it may go on to an upstream: without
+// the io.modelcontextprotocol/ fields, which describe the agent's own
+// request (a 2026-07-28 revision, its capabilities) and not the upstream
+// session's, where the SDK would send them as that session's revision.
+func forwardMeta(m mcp.Meta) mcp.Meta {
+	var out mcp.Meta
+	for k, v := range m {
+		if strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			continue
+		}
+		if out == nil {
+			out = mcp.Meta{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
 func invalidParams(msg string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg}
 }
@@ -228,7 +246,9 @@ func (p *passThrough) read(ctx context.Context, params *mcp.ReadResourceParams) 
 			lastErr = fmt.Errorf("upstream %s: %w", s.name, err)
 			continue
 		}
-		res, err := cs.ReadResource(ctx, params)
+		up := *params
+		up.Meta = forwardMeta(params.Meta)
+		res, err := cs.ReadResource(ctx, &up)
 		if err == nil {
 			return res, nil
 		}
@@ -296,6 +316,7 @@ func (p *passThrough) getPrompt(ctx context.Context, params *mcp.GetPromptParams
 			continue
 		}
 		up := *params
+		up.Meta = forwardMeta(params.Meta)
 		if s.prefix != "" {
 			up.Name = strings.TrimPrefix(params.Name, s.prefix+"_")
 		}
@@ -442,6 +463,7 @@ func (p *passThrough) complete(ctx context.Context, req *mcp.CompleteRequest) (*
 			continue
 		}
 		up := params
+		up.Meta = forwardMeta(params.Meta)
 		if params.Ref.Type == "ref/prompt" && s.prefix != "" {
 			ref := *params.Ref
 			ref.Name = strings.TrimPrefix(ref.Name, s.prefix+"_")

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -86,11 +87,11 @@ func (m *mcpSessions) ended(id string) {
 
 // guardSession applies the binding and the cap to one /mcp request of
 // principal: it answers a refusal itself, or lets serve answer.
-func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal, method string, body []byte, serve func(http.ResponseWriter)) {
+func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal, method string, reqID json.RawMessage, serve func(http.ResponseWriter)) {
 	if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 		if !g.sessions.ownedBy(id, principal) {
 			writeRPCError(w, http.StatusForbidden, rpcInvalidRequest,
-				"this MCP session was opened with another token; open your own (initialize)", nil, idOf(body))
+				"this MCP session was opened with another token; open your own (initialize)", nil, reqID)
 			return
 		}
 		serve(w)
@@ -104,7 +105,7 @@ func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal
 		w.Header().Set("Retry-After", "60")
 		writeRPCError(w, http.StatusTooManyRequests, rpcInvalidRequest, fmt.Sprintf(
 			"this token holds %d open MCP sessions, the most it may (limits.mcp_sessions_per_token); end one (DELETE /mcp) or wait for idle ones to close (limits.mcp_session_idle)",
-			g.sessions.max), nil, idOf(body))
+			g.sessions.max), nil, reqID)
 		return
 	}
 	// Bound as the answer's header is written, before the client can use

@@ -41,7 +41,7 @@ func TestMCPSessionsAreBoundCappedAndExpire(t *testing.T) {
 	connect := func(token string) (*mcp.ClientSession, error) {
 		return mcp.NewClient(&mcp.Implementation{Name: "t", Version: "v1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
 			Endpoint: srv.URL + "/mcp", MaxRetries: -1, DisableStandaloneSSE: true,
-			HTTPClient: &http.Client{Transport: bearerTransport(token)}}, nil)
+			HTTPClient: &http.Client{Transport: bearerTransport(token)}}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	}
 	// ping with a session id and a token, as a client that found the id would.
 	ping := func(token, session string) (int, string) {

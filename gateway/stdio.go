@@ -63,14 +63,15 @@ func (g *Gateway) passLine(line []byte, tooLong bool, pw *io.PipeWriter, out io.
 	if len(trimmed) == 0 {
 		return nil // a blank line
 	}
-	if code, msg := checkJSONRPC(trimmed); code != 0 {
-		return writeRPCLine(out, code, msg)
+	msg, code, problem := parseEdge(trimmed)
+	if code != 0 {
+		return writeRPCLine(out, code, problem, msg.id())
 	}
-	if msg := textProblem(trimmed); msg != "" {
-		return writeRPCLine(out, rpcInvalidParams, msg, idOf(trimmed))
+	if problem := textProblem(trimmed); problem != "" {
+		return writeRPCLine(out, rpcInvalidParams, problem, msg.ID)
 	}
-	if lw, ok := out.(*lockedWriter); ok && bytes.Contains(trimmed, []byte("notifications/cancelled")) && methodOf(trimmed) == "notifications/cancelled" {
-		lw.silence(cancelledID(trimmed)) // before the SDK cancels the handler
+	if lw, ok := out.(*lockedWriter); ok && msg.Method == "notifications/cancelled" {
+		lw.silence(string(msg.cancelledID)) // before the SDK cancels the handler
 	}
 	_, err := pw.Write(append(trimmed, '\n'))
 	return err

@@ -87,8 +87,9 @@ func TestMCPUpstreamRelaysLogsSamplingAndElicitationToItsAgent(t *testing.T) {
 	ctx := context.Background()
 
 	var ear1, ear2 agentEar
-	agent1 := connectAgent(t, url, ear1.options(true), "")
-	agent2 := connectAgent(t, url, ear2.options(false), "")
+	// Relays need a session: the revision before 2026-07-28.
+	agent1 := connectAgent(t, url, ear1.options(true), "2025-11-25")
+	agent2 := connectAgent(t, url, ear2.options(false), "2025-11-25")
 	for _, s := range []*mcp.ClientSession{agent1, agent2} {
 		if err := s.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 			t.Fatal(err)

@@ -132,7 +132,8 @@ func TestMCPUpstreamResourcesAndPrompts(t *testing.T) {
 	docs := contentServer(t, "docs", "file:///readme.txt")
 	wiki := contentServer(t, "wiki", "file:///readme.txt") // the same URI: the first upstream keeps it
 	hidden := contentServer(t, "hidden", "file:///secret.txt")
-	s := setupResources(t, resourcesManifest, "DOCS", docs, "WIKI", wiki, "HIDDEN", hidden)
+	url := startApp(t, resourcesManifest, "DOCS", docs, "WIKI", wiki, "HIDDEN", hidden)
+	s := connectAgent(t, url, nil, "")
 	ctx := context.Background()
 
 	t.Run("CapabilitiesSayBoth", func(t *testing.T) {
@@ -214,13 +215,21 @@ func TestMCPUpstreamResourcesAndPrompts(t *testing.T) {
 	})
 
 	t.Run("BadInput", func(t *testing.T) {
-		_, err := s.GetPrompt(ctx, &mcp.GetPromptParams{})
-		if err == nil || !strings.Contains(err.Error(), "params.name") {
-			t.Errorf("prompt without a name: %v", err)
-		}
-		_, err = s.ReadResource(ctx, &mcp.ReadResourceParams{})
-		if err == nil || !strings.Contains(err.Error(), "params.uri") {
-			t.Errorf("read without a URI: %v", err)
+		// In a session, airlock names the missing field; on 2026-07-28
+		// the SDK refuses first, naming the header that carries it.
+		for _, tc := range []struct{ version, prompt, read string }{
+			{"2025-11-25", "params.name", "params.uri"},
+			{"", `missing required Mcp-Name header for method "prompts/get"`, `missing required Mcp-Name header for method "resources/read"`},
+		} {
+			s := connectAgent(t, url, nil, tc.version)
+			_, err := s.GetPrompt(ctx, &mcp.GetPromptParams{})
+			if err == nil || !strings.Contains(err.Error(), tc.prompt) {
+				t.Errorf("%s: prompt without a name: %v", tc.version, err)
+			}
+			_, err = s.ReadResource(ctx, &mcp.ReadResourceParams{})
+			if err == nil || !strings.Contains(err.Error(), tc.read) {
+				t.Errorf("%s: read without a URI: %v", tc.version, err)
+			}
 		}
 	})
 }

@@ -354,6 +354,11 @@ func (c *Client) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
 			return c.session, nil
 		}
 	}
+	// The call's values stay with the call: the SDK reads the revision of
+	// the agent's request from them (a 2026-07-28 request to airlock's
+	// server), and would send it on this session's handshake.
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	s, err := c.client.Connect(ctx, c.newTransport(), nil)
 	if err != nil {
 		return nil, err
