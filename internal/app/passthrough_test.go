@@ -81,7 +81,9 @@ func notifyProgress(ctx context.Context, req *mcp.CallToolRequest, n int) {
 	}
 }
 
-func setupPassthrough(t *testing.T) *passBundle {
+// setupPassthrough serves the media upstream through airlock and connects
+// an agent at version ("": the newest, 2026-07-28 without a session).
+func setupPassthrough(t *testing.T, version string) *passBundle {
 	t.Helper()
 	b := &passBundle{}
 	media := mcp.NewServer(&mcp.Implementation{Name: "media", Version: "v1"}, nil)
@@ -109,7 +111,7 @@ func setupPassthrough(t *testing.T) *passBundle {
 			b.progress = append(b.progress, req.Params)
 			b.mu.Unlock()
 		},
-	}, "")
+	}, version)
 	return b
 }
 
@@ -150,7 +152,16 @@ func kinds(t *testing.T, cs []mcp.Content) []string {
 
 func TestMCPUpstreamResultsPassThrough(t *testing.T) {
 	t.Parallel()
-	b := setupPassthrough(t)
+	// Both revisions: 2026-07-28 without a session, 2025-11-25 in one.
+	for _, version := range []string{"", "2025-11-25"} {
+		t.Run("revision="+version, func(t *testing.T) {
+			t.Parallel()
+			testMCPUpstreamResultsPassThrough(t, setupPassthrough(t, version))
+		})
+	}
+}
+
+func testMCPUpstreamResultsPassThrough(t *testing.T, b *passBundle) {
 	ctx := context.Background()
 	all := "text image audio resource resource_link"
 
@@ -206,7 +217,16 @@ func TestMCPUpstreamResultsPassThrough(t *testing.T) {
 // them, with the agent's own token, before the answer.
 func TestMCPUpstreamProgressIsRelayed(t *testing.T) {
 	t.Parallel()
-	b := setupPassthrough(t)
+	// Both revisions: 2026-07-28 without a session, 2025-11-25 in one.
+	for _, version := range []string{"", "2025-11-25"} {
+		t.Run("revision="+version, func(t *testing.T) {
+			t.Parallel()
+			testMCPUpstreamProgressIsRelayed(t, setupPassthrough(t, version))
+		})
+	}
+}
+
+func testMCPUpstreamProgressIsRelayed(t *testing.T, b *passBundle) {
 	ctx := context.Background()
 	want := func(t *testing.T, token string, n int) {
 		t.Helper()
