@@ -388,6 +388,12 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		case airlock.OutcomeSucceeded:
 			return &airlock.Answer{Status: airlock.StatusSucceeded, Result: out.Result, Content: out.Content}, nil
 		case airlock.OutcomeFailed:
+			if out.Err != nil {
+				// The service refused the request itself (an MCP server's
+				// JSON-RPC error); over MCP it reaches the agent as it came.
+				return nil, &airlock.Error{Code: airlock.CodeUpstream, Err: out.Err,
+					Message: fmt.Sprintf("%s was refused by its service: %v; nothing was changed", tool.Name, out.Err)}
+			}
 			return &airlock.Answer{Status: airlock.StatusFailed, Result: out.Result, Content: out.Content}, nil
 		default:
 			return nil, &airlock.Error{Code: airlock.CodeUpstream, Err: out.Err,

@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock"
@@ -30,10 +32,11 @@ func (g *Gateway) CloseSessions() {
 func ptr[T any](v T) *T { return &v }
 
 func (g *Gateway) newMCPServer(version string) *mcp.Server {
-	opts := &mcp.ServerOptions{Instructions: instructions}
+	opts := &mcp.ServerOptions{Instructions: instructions, SetCacheable: privateCache}
+	// Set, the capabilities replace the SDK's default ({"logging": {}}).
+	// The tool list is the manifest's: it never changes while airlock runs.
+	opts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, Tools: &mcp.ToolCapabilities{}}
 	if g.pass.hasResources() || g.pass.hasPrompts() {
-		// Set, the capabilities replace the SDK's default ({"logging": {}}).
-		opts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}}
 		opts.Capabilities.Completions = &mcp.CompletionCapabilities{}
 		opts.CompletionHandler = g.pass.complete
 		if g.pass.hasResources() {
@@ -100,6 +103,14 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 		}
 	})
 	return s
+}
+
+// privateCache marks what airlock answers as the requesting agent's to
+// cache, not a shared cache's: /mcp is behind a token.
+func privateCache(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+	if c.CacheScope == "" {
+		c.CacheScope = "private"
+	}
 }
 
 // annotations follow the manifest: reads are read-only; writes change
@@ -196,6 +207,9 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		}
 		a, err := g.Call(ctx, creq)
 		if err != nil {
+			if refusal := (*jsonrpc.Error)(nil); errors.As(err, &refusal) {
+				return nil, refusal // a read's upstream refused it: its own words
+			}
 			e := asError(err)
 			if e.Code == airlock.CodeInternal || e.Code == airlock.CodeStoreUnavailable {
 				g.log.Error("airlock: MCP call failed", "tool", name, "err", err)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -127,6 +128,9 @@ func (p *passThrough) handle(ctx context.Context, method string, req mcp.Request
 	default: // subscribe and unsubscribe: the SDK keeps the sessions' subscriptions and calls subscribe
 		return nil, false, nil
 	}
+	if err == nil {
+		cacheHints(res)
+	}
 	return res, true, err
 }
 
@@ -146,6 +150,39 @@ func forwardMeta(m mcp.Meta) mcp.Meta {
 		out[k] = v
 	}
 	return out
+}
+
+// cacheHints fills what 2026-07-28 asks of a result that may be cached
+// and that airlock made itself (the SDK fills its own handlers'): lists
+// gathered from several upstreams, and reads whose upstream said nothing,
+// are the requesting agent's to keep and stale at once.
+func cacheHints(res mcp.Result) {
+	var c *mcp.Cacheable
+	switch r := res.(type) {
+	case *mcp.ListResourcesResult:
+		c = &r.Cacheable
+	case *mcp.ListResourceTemplatesResult:
+		c = &r.Cacheable
+	case *mcp.ListPromptsResult:
+		c = &r.Cacheable
+	case *mcp.ReadResourceResult:
+		c = &r.Cacheable
+	default:
+		return
+	}
+	if c.CacheScope == "" {
+		c.CacheScope = "private"
+	}
+}
+
+// rpcRefusal is an upstream's JSON-RPC error as it came (its code and
+// data, such as the uri of a resource not found), else err.
+func rpcRefusal(err error) error {
+	var refusal *jsonrpc.Error
+	if errors.As(err, &refusal) {
+		return refusal
+	}
+	return err
 }
 
 func invalidParams(msg string) error {
@@ -252,7 +289,7 @@ func (p *passThrough) read(ctx context.Context, params *mcp.ReadResourceParams) 
 		if err == nil {
 			return res, nil
 		}
-		lastErr = err
+		lastErr = rpcRefusal(err)
 	}
 	return nil, lastErr
 }
@@ -324,7 +361,7 @@ func (p *passThrough) getPrompt(ctx context.Context, params *mcp.GetPromptParams
 		if err == nil {
 			return res, nil
 		}
-		lastErr = err
+		lastErr = rpcRefusal(err)
 	}
 	return nil, lastErr
 }

