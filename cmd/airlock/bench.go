@@ -32,7 +32,7 @@ func cmdBench(e *env, args []string) int {
 	fs.StringVar(&cfg.KeySpace, "key-space", "", "a name that makes keys deterministic, so processes with the same flags contend for the same keys")
 	fs.StringVar(&cfg.Impl, "impl", "airlock", "airlock, or baseline: a plain claim-insert / update-result loop over the same driver")
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each side effect takes (default 0; race: 5ms)")
-	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http or mcp (http and mcp also measure direct and core in the same run)")
+	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http, mcp (the session revision) or mcp-stateless (2026-07-28) (http and the mcp paths also measure direct and core in the same run, and the mcp paths http and a bare MCP server on the same SDK)")
 	compareAudit := fs.Bool("compare-audit", false, "also run the workload without audit events and metrics, and report the cost of having them")
 	rounds := fs.Int("rounds", 1, "--compare-tracing: rounds of off, on, on, off; the cost is the median of the rounds' (1 to 20)")
 	compareTracing := fs.Bool("compare-tracing", false, "run the --through path (default http) with OpenTelemetry tracing off and on (every span sampled, OTLP/HTTP to a collector on loopback), and report the cost")
@@ -152,7 +152,7 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
 		return res, nil
 	}
 	var direct, core bench.Result
-	if path == bench.ThroughHTTP || path == bench.ThroughMCP {
+	if path == bench.ThroughHTTP || bench.IsMCP(path) {
 		if direct, err = measure(bench.ThroughDirect); err != nil {
 			return fail(e, "%v", err)
 		}
@@ -161,12 +161,12 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
 		}
 	}
 	var viaHTTP, bare bench.Result
-	if path == bench.ThroughMCP {
+	if bench.IsMCP(path) {
 		// The paths it is held against, in the same run.
 		if viaHTTP, err = measure(bench.ThroughHTTP); err != nil {
 			return fail(e, "%v", err)
 		}
-		if bare, err = measure(bench.ThroughBareMCP); err != nil {
+		if bare, err = measure(bench.BareFor(path)); err != nil {
 			return fail(e, "%v", err)
 		}
 	}
@@ -257,7 +257,7 @@ func benchCompareTracing(e *env, dsn string, cfg bench.Config, path string, roun
 		return fail(e, "--rounds must be from 1 to 20, not %d", rounds)
 	}
 	switch path {
-	case bench.ThroughCore, bench.ThroughHTTP, bench.ThroughMCP:
+	case bench.ThroughCore, bench.ThroughHTTP, bench.ThroughMCP, bench.ThroughMCPStateless:
 	default:
 		return fail(e, "--compare-tracing measures --through core, http or mcp, not %q", path)
 	}

@@ -176,7 +176,17 @@ func TestMigrateAndBench(t *testing.T) {
 // and the run's correctness are asserted.
 func TestBenchThroughMCPMeasuresItsFloors(t *testing.T) {
 	t.Parallel()
-	r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "t.db"), "--through", "mcp", "--calls", "200", "--concurrency", "4")
+	// The session revision and 2026-07-28, each against its own bare server.
+	for _, path := range []string{"mcp", "mcp-stateless"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			benchThroughMCP(t, path)
+		})
+	}
+}
+
+func benchThroughMCP(t *testing.T, path string) {
+	r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "t.db"), "--through", path, "--calls", "200", "--concurrency", "4")
 	var res struct {
 		Through     string   `json:"through"`
 		OK          bool     `json:"ok"`
@@ -194,7 +204,7 @@ func TestBenchThroughMCPMeasuresItsFloors(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil {
 		t.Fatalf("bench --through mcp: exit %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	if res.Through != "mcp" || !res.OK || res.Executions != 200 || res.ExecsPerKey != 1 || res.HTTP <= 0 || res.Bare <= 0 ||
+	if res.Through != path || !res.OK || res.Executions != 200 || res.ExecsPerKey != 1 || res.HTTP <= 0 || res.Bare <= 0 ||
 		res.VsHTTP == nil || res.VsBare == nil || res.AddedP50us == nil || res.AuditLost == nil || *res.AuditLost != 0 {
 		t.Fatalf("bench --through mcp: %s", r.stdout)
 	}

@@ -32,7 +32,23 @@ const (
 	// transport options, that forwards the tool to the same upstream with
 	// no guard: the floor any MCP gateway pays.
 	ThroughBareMCP = "bare-mcp"
+	// ThroughMCPStateless and ThroughBareMCPStateless are the same two on
+	// MCP 2026-07-28: no session, each request whole. The session paths
+	// above speak 2025-11-25.
+	ThroughMCPStateless     = "mcp-stateless"
+	ThroughBareMCPStateless = "bare-mcp-stateless"
 )
+
+// BareFor is the bare MCP path an MCP path is held against.
+func BareFor(path string) string {
+	if path == ThroughMCPStateless {
+		return ThroughBareMCPStateless
+	}
+	return ThroughBareMCP
+}
+
+// IsMCP reports whether path goes through airlock's /mcp.
+func IsMCP(path string) bool { return path == ThroughMCP || path == ThroughMCPStateless }
 
 const benchToken = "bench-agent-token"
 
@@ -167,10 +183,18 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 		return callerFunc(t.core), nil
 	case ThroughHTTP:
 		return callerFunc(t.viaHTTP), nil
-	case ThroughMCP, ThroughBareMCP:
+	case ThroughMCP, ThroughBareMCP, ThroughMCPStateless, ThroughBareMCPStateless:
 		endpoint := t.gatewayURL + "/mcp"
-		if path == ThroughBareMCP {
+		switch path {
+		case ThroughBareMCP:
 			endpoint = t.bareURL + "/mcp"
+		case ThroughBareMCPStateless:
+			endpoint = t.bareURL + "/mcp-stateless"
+		}
+		// The session revision, unless the path is the stateless one.
+		version := "2025-11-25"
+		if path == ThroughMCPStateless || path == ThroughBareMCPStateless {
+			version = "2026-07-28"
 		}
 		// One session per caller, as agents each have their own.
 		n := max(1, t.sessions)
@@ -180,7 +204,7 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 			s, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 				Endpoint: endpoint, MaxRetries: -1,
 				HTTPClient: &http.Client{Transport: tokenTransport{t.client.Transport}},
-			}, nil)
+			}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 			if err != nil {
 				return nil, err
 			}
@@ -193,7 +217,7 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 			return t.viaMCP(ctx, s, key, fn)
 		}), nil
 	}
-	return nil, fmt.Errorf("--through %q: want direct, core, http, mcp or bare-mcp", path)
+	return nil, fmt.Errorf("--through %q: want direct, core, http, mcp, mcp-stateless, bare-mcp or bare-mcp-stateless", path)
 }
 
 type callerFunc func(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error)
@@ -304,5 +328,9 @@ func (t *Through) bareMCP() http.Handler {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}, StructuredContent: json.RawMessage(out)}, nil
 	})
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, gateway.StreamableOptions(0, gateway.DefaultMCPSessionIdle))
+	server := func(*http.Request) *mcp.Server { return s }
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(server, gateway.StreamableOptions(0, gateway.DefaultMCPSessionIdle)))
+	mux.Handle("/mcp-stateless", mcp.NewStreamableHTTPHandler(server, gateway.StatelessOptions(0)))
+	return mux
 }
