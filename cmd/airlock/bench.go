@@ -160,13 +160,16 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
 			return fail(e, "%v", err)
 		}
 	}
-	var viaHTTP, bare bench.Result
+	var viaHTTP, bare, peer bench.Result
 	if bench.IsMCP(path) {
 		// The paths it is held against, in the same run.
 		if viaHTTP, err = measure(bench.ThroughHTTP); err != nil {
 			return fail(e, "%v", err)
 		}
 		if bare, err = measure(bench.BareFor(path)); err != nil {
+			return fail(e, "%v", err)
+		}
+		if peer, err = measure(bench.PeerFor(path)); err != nil {
 			return fail(e, "%v", err)
 		}
 	}
@@ -179,6 +182,9 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
 		res.BareMCPCallsPerS, res.BareMCPP50us = bare.CallsPerS, bare.P50us
 		res.HTTPCPUusPerCall, res.BareMCPCPUusPerCall = viaHTTP.CPUusPerCall, bare.CPUusPerCall
 		res.VsHTTP, res.VsBareMCP = ratio(res.CallsPerS, viaHTTP.CallsPerS), ratio(res.CallsPerS, bare.CallsPerS)
+		res.PeerMCPCallsPerS, res.PeerMCPCPUusPerCall = peer.CallsPerS, peer.CPUusPerCall
+		res.VsPeerMCP = ratio(res.CallsPerS, peer.CallsPerS)
+		res.OK = res.OK && peer.OK
 		res.OK = res.OK && viaHTTP.OK
 	}
 	if core.Calls > 0 {

@@ -197,6 +197,8 @@ func benchThroughMCP(t *testing.T, path string) {
 		BareCPU     int64    `json:"bare_mcp_cpu_us_per_call"`
 		VsHTTP      *float64 `json:"vs_http"`
 		VsBare      *float64 `json:"vs_bare_mcp"`
+		Peer        float64  `json:"peer_mcp_calls_per_s"`
+		VsPeer      *float64 `json:"vs_peer_mcp"`
 		AddedP50us  *int64   `json:"added_p50_us"`
 		AuditLost   *int64   `json:"audit_lost"`
 		ExecsPerKey int      `json:"executions_per_key_max"`
@@ -204,7 +206,7 @@ func benchThroughMCP(t *testing.T, path string) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil {
 		t.Fatalf("bench --through mcp: exit %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	if res.Through != path || !res.OK || res.Executions != 200 || res.ExecsPerKey != 1 || res.HTTP <= 0 || res.Bare <= 0 ||
+	if res.Through != path || !res.OK || res.Executions != 200 || res.ExecsPerKey != 1 || res.HTTP <= 0 || res.Bare <= 0 || res.Peer <= 0 || res.VsPeer == nil ||
 		res.VsHTTP == nil || res.VsBare == nil || res.AddedP50us == nil || res.AuditLost == nil || *res.AuditLost != 0 {
 		t.Fatalf("bench --through mcp: %s", r.stdout)
 	}

@@ -90,6 +90,12 @@ type Result struct {
 	BareMCPCPUusPerCall int64    `json:"bare_mcp_cpu_us_per_call,omitempty"`
 	VsHTTP              *float64 `json:"vs_http,omitempty"`
 	VsBareMCP           *float64 `json:"vs_bare_mcp,omitempty"`
+	// And the peer a team would write by hand: a bare MCP server on the
+	// same SDK whose tool runs the baseline's claim/complete on the same
+	// database (PeerMCP).
+	PeerMCPCallsPerS    float64  `json:"peer_mcp_calls_per_s,omitempty"`
+	PeerMCPCPUusPerCall int64    `json:"peer_mcp_cpu_us_per_call,omitempty"`
+	VsPeerMCP           *float64 `json:"vs_peer_mcp,omitempty"`
 	// With --compare-audit: the same workload without the audit events of
 	// claims and completions and without metrics, and the cost in percent.
 	AuditOffCallsPerS float64  `json:"audit_off_calls_per_s,omitempty"`

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock"
@@ -38,6 +40,23 @@ const (
 	ThroughMCPStateless     = "mcp-stateless"
 	ThroughBareMCPStateless = "bare-mcp-stateless"
 )
+
+// ThroughPeerMCP and ThroughPeerMCPStateless are what a team writes by
+// hand instead of airlock: a bare MCP server on the same SDK whose tool
+// runs the baseline's claim/complete loop (baseline.go) on the same
+// database, in a session and on 2026-07-28.
+const (
+	ThroughPeerMCP          = "peer-mcp"
+	ThroughPeerMCPStateless = "peer-mcp-stateless"
+)
+
+// PeerFor is the hand-written peer an MCP path is held against.
+func PeerFor(path string) string {
+	if path == ThroughMCPStateless {
+		return ThroughPeerMCPStateless
+	}
+	return ThroughPeerMCP
+}
 
 // BareFor is the bare MCP path an MCP path is held against.
 func BareFor(path string) string {
@@ -66,7 +85,9 @@ type Through struct {
 	servers     []*http.Server
 	mcp         []*mcp.ClientSession
 	bareURL     string
-	sessions    int // MCP client sessions per path: one per caller
+	peerURL     string
+	baseline    Caller // the peer's claim/complete loop
+	sessions    int    // MCP client sessions per path: one per caller
 }
 
 // ThroughConfig configures StartThrough; nil means defaults.
@@ -123,9 +144,27 @@ func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through
 		t.Close()
 		return nil, err
 	}
-	if t.bareURL, err = t.serve(t.bareMCP()); err != nil {
+	if t.bareURL, err = t.serve(t.bareMCP(false)); err != nil {
 		t.Close()
 		return nil, err
+	}
+	switch d := a.Store.(type) {
+	case interface{ DB() *sql.DB }:
+		b := &SQLBaseline{DB: d.DB()}
+		err, t.baseline = b.Setup(ctx), b
+	case interface{ Pool() *pgxpool.Pool }:
+		b := &PgBaseline{Pool: d.Pool()}
+		err, t.baseline = b.Setup(ctx), b
+	}
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("the peer's baseline table: %w", err)
+	}
+	if t.baseline != nil {
+		if t.peerURL, err = t.serve(t.bareMCP(true)); err != nil {
+			t.Close()
+			return nil, err
+		}
 	}
 	return t, nil
 }
@@ -183,17 +222,25 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 		return callerFunc(t.core), nil
 	case ThroughHTTP:
 		return callerFunc(t.viaHTTP), nil
-	case ThroughMCP, ThroughBareMCP, ThroughMCPStateless, ThroughBareMCPStateless:
+	case ThroughMCP, ThroughBareMCP, ThroughMCPStateless, ThroughBareMCPStateless, ThroughPeerMCP, ThroughPeerMCPStateless:
 		endpoint := t.gatewayURL + "/mcp"
 		switch path {
 		case ThroughBareMCP:
 			endpoint = t.bareURL + "/mcp"
 		case ThroughBareMCPStateless:
 			endpoint = t.bareURL + "/mcp-stateless"
+		case ThroughPeerMCP, ThroughPeerMCPStateless:
+			if t.peerURL == "" {
+				return nil, fmt.Errorf("--through %s: no baseline for this store", path)
+			}
+			endpoint = t.peerURL + "/mcp"
+			if path == ThroughPeerMCPStateless {
+				endpoint += "-stateless"
+			}
 		}
-		// The session revision, unless the path is the stateless one.
+		// The session revision, unless the path is a stateless one.
 		version := "2025-11-25"
-		if path == ThroughMCPStateless || path == ThroughBareMCPStateless {
+		if path == ThroughMCPStateless || path == ThroughBareMCPStateless || path == ThroughPeerMCPStateless {
 			version = "2026-07-28"
 		}
 		// One session per caller, as agents each have their own.
@@ -217,7 +264,7 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 			return t.viaMCP(ctx, s, key, fn)
 		}), nil
 	}
-	return nil, fmt.Errorf("--through %q: want direct, core, http, mcp, mcp-stateless, bare-mcp or bare-mcp-stateless", path)
+	return nil, fmt.Errorf("--through %q: want direct, core, http, mcp, mcp-stateless, bare-mcp, bare-mcp-stateless, peer-mcp or peer-mcp-stateless", path)
 }
 
 type callerFunc func(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error)
@@ -318,15 +365,34 @@ func (t *Through) viaMCP(ctx context.Context, s *mcp.ClientSession, key string, 
 
 // bareMCP is the MCP server with no guard: the bench tool, with the same
 // input schema and the gateway's transport options, forwards its arguments
-// to the upstream and returns its answer as structured content and text.
-func (t *Through) bareMCP() http.Handler {
+// to the upstream and returns its answer as structured content and text;
+// with claims, it does so inside the baseline's claim/complete loop keyed
+// by the record id, as a team would write it by hand. It serves both
+// revisions: a session at /mcp, 2026-07-28 at /mcp-stateless.
+func (t *Through) bareMCP(claims bool) http.Handler {
 	s := mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "v1"}, nil)
 	s.AddTool(&mcp.Tool{Name: t.tool.Name, InputSchema: t.tool.InputSchema}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		out, err := t.post(ctx, t.upstreamURL+"/do", req.Params.Arguments)
+		var out json.RawMessage
+		var err error
+		if claims {
+			var args struct {
+				RecordID string `json:"record_id"`
+			}
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			out, _, err = t.baseline.Call(ctx, t.tool.Name+"/"+args.RecordID, func() json.RawMessage {
+				b, err := t.post(ctx, t.upstreamURL+"/do", req.Params.Arguments)
+				if err != nil {
+					return json.RawMessage(`{"error":"upstream"}`)
+				}
+				return b
+			})
+		} else {
+			out, err = t.post(ctx, t.upstreamURL+"/do", req.Params.Arguments)
+		}
 		if err != nil {
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}, StructuredContent: json.RawMessage(out)}, nil
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}, StructuredContent: out}, nil
 	})
 	server := func(*http.Request) *mcp.Server { return s }
 	mux := http.NewServeMux()
