@@ -197,13 +197,6 @@ func (m *edgeMessage) id() json.RawMessage {
 	return m.ID
 }
 
-// checkJSONRPC returns a JSON-RPC error code and message when body is not
-// one JSON-RPC message the SDK can read whole (parseEdge).
-func checkJSONRPC(body []byte) (int, string) {
-	_, code, msg := parseEdge(body)
-	return code, msg
-}
-
 // parseEdge reads a message and says, with a JSON-RPC error code, what
 // keeps the SDK from reading it whole: not JSON, a batch (no revision
 // airlock serves over HTTP takes one, and the SDK's stdio reader would end

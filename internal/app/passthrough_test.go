@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/gateway"
@@ -33,6 +36,10 @@ tools:
     kind: read
     input_schema: {type: object}
     upstream: {name: media, tool: steps}
+  - name: picky
+    kind: read
+    input_schema: {type: object}
+    upstream: {name: media, tool: picky}
   - name: render
     kind: write
     input_schema: {type: object, properties: {id: {type: string}}, required: [id]}
@@ -97,6 +104,9 @@ func setupPassthrough(t *testing.T, version string) *passBundle {
 		n := b.renders.Add(1)
 		notifyProgress(ctx, req, 2)
 		return &mcp.CallToolResult{Content: mediaContent(), StructuredContent: map[string]any{"render": n}, Meta: mcp.Meta{"vendor.example/trace": "abc"}}, nil
+	})
+	media.AddTool(&mcp.Tool{Name: "picky", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, &jsonrpc.Error{Code: -32021, Message: "this tool needs a client that can sample", Data: json.RawMessage(`{"requiredCapabilities":{"sampling":{}}}`)}
 	})
 	media.AddTool(&mcp.Tool{Name: "steps", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		notifyProgress(ctx, req, 3)
@@ -175,6 +185,16 @@ func testMCPUpstreamResultsPassThrough(t *testing.T, b *passBundle) {
 		}
 		if fmt.Sprint(res.StructuredContent) != "map[points:2]" || res.Meta["vendor.example/trace"] != "abc" {
 			t.Errorf("structured %v meta %v", res.StructuredContent, res.Meta)
+		}
+	})
+
+	t.Run("AReadTheServerRefuses", func(t *testing.T) {
+		// Its JSON-RPC error reaches the agent as it came: code and data.
+		_, err := b.session.CallTool(ctx, &mcp.CallToolParams{Name: "picky", Arguments: map[string]any{}})
+		var refusal *jsonrpc.Error
+		if !errors.As(err, &refusal) || refusal.Code != -32021 || !strings.Contains(refusal.Message, "needs a client that can sample") ||
+			!strings.Contains(string(refusal.Data), "requiredCapabilities") {
+			t.Fatalf("%v (%T)", err, err)
 		}
 	})
 
