@@ -45,7 +45,11 @@ const firstStatelessRevision = "2026-07-28"
 
 // ServedMCPVersions are the MCP revisions /mcp serves, newest first:
 // 2026-07-28 without sessions, the ones before it with initialize.
-func ServedMCPVersions() []string { return mcp.SupportedProtocolVersions() }
+func ServedMCPVersions() []string { return slices.Clone(servedVersions) }
+
+// servedVersions is read on every request that names a revision; the SDK's
+// accessor copies its list each call.
+var servedVersions = mcp.SupportedProtocolVersions()
 
 // MetaProtocolVersion is the _meta field in which a 2026-07-28 request
 // names its revision.
@@ -95,10 +99,10 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 		if requested == "" {
 			requested = msg.protocolVersion
 		}
-		if requested != "" && !slices.Contains(mcp.SupportedProtocolVersions(), requested) {
+		if requested != "" && !slices.Contains(servedVersions, requested) {
 			writeRPCError(w, http.StatusBadRequest, rpcUnsupportedProtocolVersion,
-				fmt.Sprintf("protocol version %q is not one airlock speaks; use one of %s", requested, strings.Join(ServedMCPVersions(), ", ")),
-				map[string]any{"supported": ServedMCPVersions(), "requested": requested}, msg.ID)
+				fmt.Sprintf("protocol version %q is not one airlock speaks; use one of %s", requested, strings.Join(servedVersions, ", ")),
+				map[string]any{"supported": servedVersions, "requested": requested}, msg.ID)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
