@@ -27,6 +27,7 @@ const (
 	EventCommitting  = "committing"
 	EventCommitted   = "committed"
 	EventCommitError = "commit_failed"
+	EventWithdrawn   = "withdrawn"
 	// EventLost counts buffered events given up (the store refused them or
 	// took nothing for too long): Result {"lost": n}, DurationUS n.
 	EventLost = "events_lost"
@@ -219,6 +220,14 @@ func DecisionEvent(p *Plan) *AuditEvent {
 		e.DurationUS = max(0, at.Sub(p.CreatedAt).Microseconds())
 	}
 	return e
+}
+
+// WithdrawnEvent records a plan its proposer withdrew: who, and why.
+func WithdrawnEvent(p *Plan, by, reason string, at time.Time) *AuditEvent {
+	res, _ := json.Marshal(map[string]string{"status": string(p.Status), "reason": reason})
+	return &AuditEvent{At: at, Kind: EventWithdrawn, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Result: res,
+		Actor: ActorOr(by), PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash,
+		DurationUS: max(0, at.Sub(p.CreatedAt).Microseconds())}
 }
 
 // StatusEvent records a plan's move to its current status (expired,

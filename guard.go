@@ -748,6 +748,10 @@ func (g *Guard) answerExisting(ctx context.Context, p *prepared, rec *Record) (a
 	return a, nil
 }
 
+// AnswerFor is the answer a record gives: its result once final, in
+// progress or in doubt before (an MCP task's result is read so).
+func AnswerFor(rec *Record, repeat bool) *Answer { return answerFor(rec, repeat) }
+
 func answerFor(rec *Record, repeat bool) *Answer {
 	a := &Answer{Repeat: repeat, Key: rec.Key}
 	switch rec.State {

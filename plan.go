@@ -26,12 +26,15 @@ const (
 	PlanCommitted        PlanStatus = "committed"
 	PlanFailed           PlanStatus = "failed"
 	PlanInDoubt          PlanStatus = "in_doubt"
+	// PlanWithdrawn: its proposer withdrew it while it awaited approval
+	// (an MCP client's tasks/cancel); it will not be done.
+	PlanWithdrawn PlanStatus = "withdrawn"
 )
 
 // Final reports whether the plan will not change again.
 func (s PlanStatus) Final() bool {
 	switch s {
-	case PlanRejected, PlanExpired, PlanCommitted, PlanFailed:
+	case PlanRejected, PlanExpired, PlanCommitted, PlanFailed, PlanWithdrawn:
 		return true
 	}
 	return false
@@ -116,7 +119,7 @@ const (
 )
 
 // PlanStatuses are every status a plan can have.
-var PlanStatuses = []PlanStatus{PlanAwaitingApproval, PlanApproved, PlanRejected, PlanExpired, PlanCommitting, PlanCommitted, PlanFailed, PlanInDoubt}
+var PlanStatuses = []PlanStatus{PlanAwaitingApproval, PlanApproved, PlanRejected, PlanExpired, PlanCommitting, PlanCommitted, PlanFailed, PlanInDoubt, PlanWithdrawn}
 
 // Validate checks the filter; errors name the parameter.
 func (f *PlanFilter) Validate() error {
@@ -215,6 +218,11 @@ type PlanStore interface {
 	// SetPlanStatus moves a plan from one of the from statuses to status,
 	// with its result or error; false when it was in none of them.
 	SetPlanStatus(ctx context.Context, id string, from []PlanStatus, status PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error)
+	// WithdrawPlan moves an awaiting plan to withdrawn, on its proposer's
+	// word: by is who withdrew it (the audit event's actor), reason why.
+	// It returns the plan as it then is, and false (with the plan
+	// unchanged) when it no longer awaited approval.
+	WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*Plan, bool, error)
 	// WaitingPlans counts the plans awaiting a person, per tool, with the
 	// oldest one's creation time (tools with none waiting are left out).
 	WaitingPlans(ctx context.Context) ([]WaitingPlans, error)

@@ -171,6 +171,8 @@ type Store interface {
 	FigureStore
 	// SessionStore keeps the page's sessions.
 	SessionStore
+	// TaskStore keeps MCP tasks.
+	TaskStore
 	// Migrate applies the embedded migrations.
 	Migrate(ctx context.Context) error
 	// Ping checks the database is reachable and migrated.

@@ -278,3 +278,25 @@ func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error
 	}
 	return out, rows.Err()
 }
+
+// WithdrawPlan implements airlock.PlanStore.
+func (s *Store) WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*airlock.Plan, bool, error) {
+	var (
+		out       *airlock.Plan
+		withdrawn bool
+	)
+	err := s.auditTx(ctx, func(tx pgx.Tx) error {
+		p, err := scanPlan(tx.QueryRow(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = $2, decision_reason = $3,
+			decided_at = $4, updated_at = $4 WHERE id = $1 AND status = 'awaiting_approval' RETURNING `+planColumns, id, by, reason, now))
+		if errors.Is(err, airlock.ErrNotFound) {
+			out, err = scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1`, id))
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		out, withdrawn = p, true
+		return appendAudit(ctx, tx, airlock.WithdrawnEvent(p, by, reason, now))
+	})
+	return out, withdrawn, err
+}

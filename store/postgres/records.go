@@ -282,7 +282,13 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 	if err != nil {
 		return 0, err
 	}
-	return int(tag.RowsAffected()), nil
+	// Tasks go with the records they follow (their expiry is the record's).
+	tasks, err := s.pool.Exec(ctx, `DELETE FROM airlock_tasks WHERE id IN (
+		SELECT id FROM airlock_tasks WHERE expires_at < $1 LIMIT $2)`, now, limit)
+	if err != nil {
+		return int(tag.RowsAffected()), err
+	}
+	return int(tag.RowsAffected() + tasks.RowsAffected()), nil
 }
 
 // CountRunCalls implements airlock.Store.

@@ -275,3 +275,26 @@ func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error
 	}
 	return out, rows.Err()
 }
+
+// WithdrawPlan implements airlock.PlanStore.
+func (s *Store) WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*airlock.Plan, bool, error) {
+	var (
+		out       *airlock.Plan
+		withdrawn bool
+	)
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		p, err := scanPlan(tx.QueryRowContext(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = ?, decision_reason = ?,
+			decided_at = ?, updated_at = ? WHERE id = ? AND status = 'awaiting_approval' RETURNING `+planColumns,
+			by, reason, micros(now), micros(now), id))
+		if errors.Is(err, airlock.ErrNotFound) {
+			out, err = scanPlan(tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = ?`, id))
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		out, withdrawn = p, true
+		return appendAudit(ctx, tx, airlock.WithdrawnEvent(p, by, reason, now))
+	})
+	return out, withdrawn, err
+}

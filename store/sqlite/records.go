@@ -308,6 +308,13 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 			return err
 		}
 		n = int(rowsAffected(res))
+		// Tasks go with the records they follow (their expiry is the record's).
+		res, err = tx.ExecContext(ctx, `DELETE FROM airlock_tasks WHERE id IN (
+			SELECT id FROM airlock_tasks WHERE expires_at > 0 AND expires_at < ? LIMIT ?)`, micros(now), limit)
+		if err != nil {
+			return err
+		}
+		n += int(rowsAffected(res))
 		return nil
 	})
 	return n, err

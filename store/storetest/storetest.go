@@ -30,6 +30,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("AuditEvents", func(t *testing.T) { t.Parallel(); RunAuditEvents(t, newStore) })
 	t.Run("Figures", func(t *testing.T) { t.Parallel(); RunFigures(t, newStore) })
 	t.Run("Sessions", func(t *testing.T) { t.Parallel(); RunSessions(t, newStore) })
+	t.Run("Tasks", func(t *testing.T) { t.Parallel(); RunTasks(t, newStore) })
 }
 
 var keySeq atomic.Int64

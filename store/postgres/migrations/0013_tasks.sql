@@ -1,0 +1,16 @@
+-- MCP tasks (docs/gateway.md, "Tasks"): one per principal and the work it
+-- follows (a record's key or a plan's id, in subject), so that a repeat of
+-- the same work names the same task, from every replica. Its status is
+-- read from the record or plan. expires_at NULL is kept.
+CREATE TABLE airlock_tasks (
+    id         text        PRIMARY KEY,
+    principal  text        NOT NULL,
+    subject    text        NOT NULL,
+    tool       text        NOT NULL,
+    repeat     boolean     NOT NULL DEFAULT false,
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz
+);
+CREATE UNIQUE INDEX airlock_tasks_subject ON airlock_tasks (principal, subject);
+CREATE INDEX airlock_tasks_listed ON airlock_tasks (principal, created_at, id);
+CREATE INDEX airlock_tasks_expires ON airlock_tasks (expires_at) WHERE expires_at IS NOT NULL;

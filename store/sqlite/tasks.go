@@ -1,0 +1,104 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/airlockhq/airlock"
+)
+
+var _ airlock.TaskStore = (*Store)(nil)
+
+const taskColumns = `id, principal, subject, tool, repeat, created_at, expires_at`
+
+func scanTask(row scanner) (*airlock.Task, error) {
+	var (
+		t                subjectTask
+		created, expires int64
+	)
+	err := row.Scan(&t.ID, &t.Principal, &t.subject, &t.Tool, &t.Repeat, &created, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, airlock.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.CreatedAt, t.ExpiresAt = fromMicros(created), fromMicros(expires)
+	return t.task(), nil
+}
+
+// subjectTask is a task as scanned, its subject still one column.
+type subjectTask struct {
+	airlock.Task
+	subject string
+}
+
+func (t *subjectTask) task() *airlock.Task {
+	out := t.Task
+	if id, ok := strings.CutPrefix(t.subject, "plan:"); ok {
+		out.PlanID = id
+	} else {
+		out.RecordKey = strings.TrimPrefix(t.subject, "record:")
+	}
+	return &out
+}
+
+// CreateTask implements airlock.TaskStore.
+func (s *Store) CreateTask(ctx context.Context, t *airlock.Task) (*airlock.Task, bool, error) {
+	if err := t.Validate(); err != nil {
+		return nil, false, err
+	}
+	var (
+		out     *airlock.Task
+		created bool
+	)
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO airlock_tasks (`+taskColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (principal, subject) DO NOTHING`,
+			t.ID, t.Principal, t.Subject(), t.Tool, t.Repeat, micros(t.CreatedAt), micros(t.ExpiresAt))
+		if err != nil {
+			return err
+		}
+		created = rowsAffected(res) == 1
+		out, err = scanTask(tx.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM airlock_tasks WHERE principal = ? AND subject = ?`,
+			t.Principal, t.Subject()))
+		return err
+	})
+	return out, created, err
+}
+
+// GetTask implements airlock.TaskStore.
+func (s *Store) GetTask(ctx context.Context, id string) (*airlock.Task, error) {
+	return scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM airlock_tasks WHERE id = ?`, id))
+}
+
+// ListTasks implements airlock.TaskStore.
+func (s *Store) ListTasks(ctx context.Context, principal, after string, limit int) ([]*airlock.Task, error) {
+	at, id, err := airlock.ParseTaskCursor(after)
+	if err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + taskColumns + ` FROM airlock_tasks WHERE principal = ?`
+	args := []any{principal}
+	if id != "" {
+		q += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		args = append(args, micros(at), micros(at), id)
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	rows, err := s.read.QueryContext(ctx, q, append(args, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*airlock.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
