@@ -299,7 +299,7 @@ func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
 var airlockTables = []string{
 	"airlock_records", "airlock_plans", "airlock_audit", "airlock_audit_anchor",
 	"airlock_rollup", "airlock_rollup_hour", "airlock_run_calls", "airlock_run_hist", "airlock_ready",
-	"airlock_sessions", "airlock_secrets",
+	"airlock_sessions", "airlock_secrets", "airlock_tasks",
 }
 
 // Warnings are what an operator should know about the database's settings:
