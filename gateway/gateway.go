@@ -129,6 +129,10 @@ type Store interface {
 	ProbeWrite(ctx context.Context) error
 	AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlock.AuditEvent, error)
 	ListRecords(ctx context.Context, f airlock.RecordFilter) ([]*airlock.Record, error)
+	// Get reads a record (the status of a task that follows it).
+	Get(ctx context.Context, key string) (*airlock.Record, error)
+	// TaskStore keeps MCP tasks.
+	airlock.TaskStore
 	metrics.Source
 }
 

@@ -35,7 +35,10 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 	opts := &mcp.ServerOptions{Instructions: instructions, SetCacheable: privateCache}
 	// Set, the capabilities replace the SDK's default ({"logging": {}}).
 	// The tool list is the manifest's: it never changes while airlock runs.
-	opts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, Tools: &mcp.ToolCapabilities{}}
+	opts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, Tools: &mcp.ToolCapabilities{},
+		// 2026-07-28's server/discover names the Tasks extension here; a
+		// 2025-11-25 initialize gets capabilities.tasks (withTaskSupport).
+		Extensions: map[string]any{ExtTasks: map[string]any{}}}
 	if g.pass.hasResources() || g.pass.hasPrompts() {
 		opts.Capabilities.Completions = &mcp.CompletionCapabilities{}
 		opts.CompletionHandler = g.pass.complete
@@ -84,20 +87,42 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 			Annotations: &mcp.ToolAnnotations{Title: PlanStatusTool, ReadOnlyHint: true, IdempotentHint: true, DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 		}, g.mcpHandlerNamed(PlanStatusTool))
 	}
+	if err := g.registerTaskMethods(s); err != nil {
+		panic(err) // the names are the extension's, never the SDK's own
+	}
 	// A call of an irreversible tool by name gets the refusal that says
-	// what to do instead, not a bare "unknown tool".
+	// what to do instead, not a bare "unknown tool". A write or plan that
+	// has not ended may become a task (tasks.go).
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if res, ok, err := g.pass.handle(ctx, method, req); ok {
 				return res, err
 			}
-			if method == "tools/call" {
-				if ctr, ok := req.(*mcp.CallToolRequest); ok && ctr.Params != nil {
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			switch method {
+			case "tools/call":
+				ctr, ok := req.(*mcp.CallToolRequest)
+				if ok && ctr.Params != nil {
 					if t := g.irreversibleNamed(ctr.Params.Name); t != nil {
 						e := asError(g.refuseIrreversible(t))
 						return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: e.Message}}, StructuredContent: errorBody{e}}, nil
 					}
 				}
+				if callFlavor(ctr) == taskNone {
+					return next(ctx, method, req)
+				}
+				slot := &callSlot{}
+				res, err := next(context.WithValue(ctx, callSlotKey{}, slot), method, req)
+				if err != nil {
+					return res, err
+				}
+				return g.taskForCall(ctx, ctr, slot, res)
+			case "initialize", "tools/list":
+				res, err := next(ctx, method, req)
+				if err != nil {
+					return res, err
+				}
+				return g.withTaskSupport(method, ss, res), nil
 			}
 			return next(ctx, method, req)
 		}
@@ -220,37 +245,46 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 				StructuredContent: errorBody{e},
 			}, nil
 		}
-		if up := upstreamResult(a); up != nil {
-			if t := g.m.Tool(name); t != nil && t.Kind == airlock.KindRead {
-				// A read passes through as the MCP upstream gave it.
-				return up, nil
-			}
-			// A guarded call: airlock's answer first, then every content
-			// item of the first call's result, whatever its type.
-			res := &mcp.CallToolResult{
-				IsError:           a.Status == airlock.StatusFailed,
-				Content:           append([]mcp.Content{&mcp.TextContent{Text: renderHeader(a)}}, up.Content...),
-				StructuredContent: AnswerObject(a),
-				Meta:              up.Meta,
-			}
-			if a.Repeat {
-				if res.Meta == nil {
-					res.Meta = mcp.Meta{}
-				}
-				res.Meta[MetaRepeat] = true
-			}
-			return res, nil
+		if slot := slotFrom(ctx); slot != nil {
+			slot.answer, slot.principal, slot.tool = a, actor, name
 		}
+		return g.toolResult(name, a), nil
+	}
+}
+
+// toolResult is an answer as an MCP tool result: the result of a call, or
+// of a task once it completed (the same first result a repeat gets).
+func (g *Gateway) toolResult(name string, a *airlock.Answer) *mcp.CallToolResult {
+	if up := upstreamResult(a); up != nil {
+		if t := g.m.Tool(name); t != nil && t.Kind == airlock.KindRead {
+			// A read passes through as the MCP upstream gave it.
+			return up
+		}
+		// A guarded call: airlock's answer first, then every content
+		// item of the first call's result, whatever its type.
 		res := &mcp.CallToolResult{
 			IsError:           a.Status == airlock.StatusFailed,
-			Content:           []mcp.Content{&mcp.TextContent{Text: renderText(a)}},
+			Content:           append([]mcp.Content{&mcp.TextContent{Text: renderHeader(a)}}, up.Content...),
 			StructuredContent: AnswerObject(a),
+			Meta:              up.Meta,
 		}
 		if a.Repeat {
-			res.Meta = mcp.Meta{MetaRepeat: true}
+			if res.Meta == nil {
+				res.Meta = mcp.Meta{}
+			}
+			res.Meta[MetaRepeat] = true
 		}
-		return res, nil
+		return res
 	}
+	res := &mcp.CallToolResult{
+		IsError:           a.Status == airlock.StatusFailed,
+		Content:           []mcp.Content{&mcp.TextContent{Text: renderText(a)}},
+		StructuredContent: AnswerObject(a),
+	}
+	if a.Repeat {
+		res.Meta = mcp.Meta{MetaRepeat: true}
+	}
+	return res
 }
 
 // StatelessRunPrefix begins the run id of a 2026-07-28 call that names no

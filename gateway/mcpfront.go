@@ -105,6 +105,9 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 				map[string]any{"supported": servedVersions, "requested": requested}, msg.ID)
 			return
 		}
+		if msg.task {
+			body = liftTask(body)
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		if session == "" && (msg.Method == "server/discover" || requested >= firstStatelessRevision) {
@@ -191,6 +194,38 @@ type edgeMessage struct {
 	protocolVersion string
 	// cancelledID is a notifications/cancelled's requestId.
 	cancelledID json.RawMessage
+	// task says a tools/call is task-augmented (2025-11-25's params.task).
+	task bool
+}
+
+// liftTask moves a tools/call's params.task into its _meta, where the
+// SDK keeps it for the handler (its CallToolParams has no such field).
+// body has passed parseEdge.
+func liftTask(body []byte) []byte {
+	var msg, params, meta map[string]json.RawMessage
+	if json.Unmarshal(body, &msg) != nil || json.Unmarshal(msg["params"], &params) != nil {
+		return body
+	}
+	if raw := params["_meta"]; len(raw) > 0 && raw[0] == '{' {
+		_ = json.Unmarshal(raw, &meta)
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
+	}
+	meta[metaTaskRequest] = params["task"]
+	delete(params, "task")
+	var err error
+	if params["_meta"], err = json.Marshal(meta); err != nil {
+		return body
+	}
+	if msg["params"], err = json.Marshal(params); err != nil {
+		return body
+	}
+	out, err := json.Marshal(msg)
+	if err != nil {
+		return body
+	}
+	return out
 }
 
 // id is the message's id when it is one an answer may name.
@@ -259,9 +294,16 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	var params struct {
 		Meta      json.RawMessage `json:"_meta"`
 		RequestID json.RawMessage `json:"requestId"`
+		Task      json.RawMessage `json:"task"`
 	}
 	_ = json.Unmarshal(msg.Params, &params)
 	out.cancelledID = params.RequestID
+	if out.Method == "tools/call" && len(params.Task) > 0 && string(params.Task) != "null" {
+		if params.Task[0] != '{' {
+			return out, rpcInvalidParams, fmt.Sprintf("invalid params: \"task\" must be an object such as {\"ttl\": 60000}, not %s; nothing was executed", kindOf(params.Task))
+		}
+		out.task = true
+	}
 	if len(params.Meta) == 0 || string(params.Meta) == "null" {
 		return out, 0, ""
 	}

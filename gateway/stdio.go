@@ -73,6 +73,9 @@ func (g *Gateway) passLine(line []byte, tooLong bool, pw *io.PipeWriter, out io.
 	if lw, ok := out.(*lockedWriter); ok && msg.Method == "notifications/cancelled" {
 		lw.silence(string(msg.cancelledID)) // before the SDK cancels the handler
 	}
+	if msg.task {
+		trimmed = liftTask(trimmed)
+	}
 	_, err := pw.Write(append(trimmed, '\n'))
 	return err
 }

@@ -530,3 +530,18 @@ func (s *Service) WaitForCommit(ctx context.Context, id string, wait time.Durati
 		}
 	}
 }
+
+// WithdrawReason is the reason a plan withdrawn by an MCP client's
+// tasks/cancel carries.
+const WithdrawReason = "withdrawn by its proposer (tasks/cancel) before anyone decided it"
+
+// Withdraw withdraws an awaiting plan on its proposer's word (an MCP
+// client's tasks/cancel): it will not be done. False, with the plan as it
+// is, when it no longer awaits approval (an approved plan is carried out).
+func (s *Service) Withdraw(ctx context.Context, id, by string) (*airlock.Plan, bool, error) {
+	p, ok, err := s.cfg.Store.WithdrawPlan(ctx, id, by, WithdrawReason, s.clock.Now())
+	if errors.Is(err, airlock.ErrNotFound) {
+		return nil, false, airlock.FieldErrorf(airlock.CodeNotFound, "plan_id", "no plan with id %q", id)
+	}
+	return p, ok, err
+}
