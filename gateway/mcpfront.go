@@ -24,6 +24,7 @@ const (
 	rpcInvalidRequest             = -32600
 	rpcInvalidParams              = -32602
 	rpcUnsupportedProtocolVersion = -32022 // MCP 2026-07-28
+	rpcHeaderMismatch             = -32020 // MCP 2026-07-28: a header disagrees with the body
 )
 
 // textProblem says what in a message's text the decoder would rewrite
@@ -103,6 +104,14 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			writeRPCError(w, http.StatusBadRequest, rpcUnsupportedProtocolVersion,
 				fmt.Sprintf("protocol version %q is not one airlock speaks; use one of %s", requested, strings.Join(servedVersions, ", ")),
 				map[string]any{"supported": servedVersions, "requested": requested}, msg.ID)
+			return
+		}
+		if name := r.Header.Get("Mcp-Name"); name != "" && strings.HasPrefix(msg.Method, "tasks/") && name != msg.taskID {
+			// The Tasks extension routes on Mcp-Name: a header that names
+			// another task than the body would send the request where the
+			// task is not (the SDK checks the header of its own methods).
+			writeRPCError(w, http.StatusBadRequest, rpcHeaderMismatch,
+				fmt.Sprintf("header mismatch: Mcp-Name %s is not the request's params.taskId %s; nothing was done", quoteShort(name), quoteShort(msg.taskID)), nil, msg.ID)
 			return
 		}
 		if msg.task {
@@ -196,6 +205,8 @@ type edgeMessage struct {
 	cancelledID json.RawMessage
 	// task says a tools/call is task-augmented (2025-11-25's params.task).
 	task bool
+	// taskID is a task method's params.taskId.
+	taskID string
 }
 
 // liftTask moves a tools/call's params.task into its _meta, where the
@@ -295,9 +306,13 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 		Meta      json.RawMessage `json:"_meta"`
 		RequestID json.RawMessage `json:"requestId"`
 		Task      json.RawMessage `json:"task"`
+		TaskID    json.RawMessage `json:"taskId"`
 	}
 	_ = json.Unmarshal(msg.Params, &params)
 	out.cancelledID = params.RequestID
+	if strings.HasPrefix(out.Method, "tasks/") {
+		_ = json.Unmarshal(params.TaskID, &out.taskID)
+	}
 	if out.Method == "tools/call" && len(params.Task) > 0 && string(params.Task) != "null" {
 		if params.Task[0] != '{' {
 			return out, rpcInvalidParams, fmt.Sprintf("invalid params: \"task\" must be an object such as {\"ttl\": 60000}, not %s; nothing was executed", kindOf(params.Task))

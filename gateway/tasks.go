@@ -393,6 +393,12 @@ func (g *Gateway) taskRequest(ctx context.Context, method string, ss *mcp.Server
 	flavor := taskV1
 	if newRevision(ss) {
 		flavor = taskV2
+		if method == "tasks/result" || method == "tasks/list" {
+			// Not methods of the extension: dispatched as unknown, before
+			// anything about the request is checked.
+			return flavor, nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+				Message: method + " is not a method of the 2026-07-28 Tasks extension: tasks/get carries the result, and there is no listing"}
+		}
 		if p == nil || !declaresTasks(p.Meta) {
 			return flavor, nil, missingTasksCapability(method)
 		}
@@ -468,12 +474,9 @@ func (g *Gateway) tasksGet(ctx context.Context, ss *mcp.ServerSession, p *taskPa
 // tasksResult (2025-11-25) waits for the task to end and answers with its
 // result, as the call would have.
 func (g *Gateway) tasksResult(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*rawResult, error) {
-	flavor, t, err := g.taskRequest(ctx, "tasks/result", ss, p)
+	_, t, err := g.taskRequest(ctx, "tasks/result", ss, p)
 	if err != nil {
 		return nil, err
-	}
-	if flavor == taskV2 {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "tasks/result is not a method of the 2026-07-28 Tasks extension: tasks/get carries the result"}
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -516,12 +519,9 @@ const maxTaskPage = 50
 
 // tasksList (2025-11-25) lists the principal's tasks, newest first.
 func (g *Gateway) tasksList(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*rawResult, error) {
-	flavor, _, err := g.taskRequest(ctx, "tasks/list", ss, p)
+	_, _, err := g.taskRequest(ctx, "tasks/list", ss, p)
 	if err != nil {
 		return nil, err
-	}
-	if flavor == taskV2 {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "tasks/list is not a method of the 2026-07-28 Tasks extension"}
 	}
 	cursor := ""
 	if p != nil {

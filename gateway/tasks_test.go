@@ -247,6 +247,15 @@ func TestMCPTasksOn20260728(t *testing.T) {
 				t.Errorf("%s: %v", tc.name, out)
 			}
 		}
+		// A routing header that names another task; methods of 2025-11-25.
+		if status, out := statelessTasks(t, url, "h", "tasks/get", airlock.NewTaskID(), map[string]any{"taskId": id}); status != 400 || rpcCode(out) != -32020 {
+			t.Errorf("Mcp-Name of another task: HTTP %d %v", status, out)
+		}
+		for _, method := range []string{"tasks/result", "tasks/list"} {
+			if _, out := statelessTasks(t, url, "m", method, id, map[string]any{"taskId": id}); rpcCode(out) != -32601 {
+				t.Errorf("%s on 2026-07-28: %v", method, out)
+			}
+		}
 		// Without the extension declared on the request: -32021, naming it.
 		for _, method := range []string{"tasks/get", "tasks/cancel", "tasks/update"} {
 			_, out := statelessCall(t, url, "n", method, id, map[string]any{"taskId": id})
