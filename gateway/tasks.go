@@ -289,17 +289,7 @@ func (v *taskView) ttlMs() any {
 }
 
 // wireV2 is the Task of the 2026-07-28 extension (without its result).
-func (v *taskView) wireV2() map[string]any {
-	m := map[string]any{
-		"taskId": v.task.ID, "status": v.status,
-		"createdAt": stamp(v.task.CreatedAt), "lastUpdatedAt": stamp(v.updated),
-		"ttlMs": v.ttlMs(), "pollIntervalMs": v.pollMs,
-	}
-	if v.message != "" {
-		m["statusMessage"] = v.message
-	}
-	return m
-}
+func (v *taskView) wireV2() map[string]any { return v.wire("ttlMs", "pollIntervalMs") }
 
 // detailedV2 is the 2026-07-28 DetailedTask: the Task, and its result when
 // it completed.
@@ -311,12 +301,15 @@ func (v *taskView) detailedV2() map[string]any {
 	return m
 }
 
-// wireV1 is the Task of 2025-11-25.
-func (v *taskView) wireV1() map[string]any {
+// wireV1 is the Task of 2025-11-25, whose durations have no unit in their
+// names.
+func (v *taskView) wireV1() map[string]any { return v.wire("ttl", "pollInterval") }
+
+func (v *taskView) wire(ttl, poll string) map[string]any {
 	m := map[string]any{
 		"taskId": v.task.ID, "status": v.status,
 		"createdAt": stamp(v.task.CreatedAt), "lastUpdatedAt": stamp(v.updated),
-		"ttl": v.ttlMs(), "pollInterval": v.pollMs,
+		ttl: v.ttlMs(), poll: v.pollMs,
 	}
 	if v.message != "" {
 		m["statusMessage"] = v.message
