@@ -220,7 +220,7 @@ func (g *Guard) auditAnswer(ctx context.Context, tool *Tool, rec *Record, args *
 		}
 	}
 	if e.Result == nil && a != nil && a.Result != nil {
-		e.Result = json.RawMessage(a.Result)
+		e.Result = a.Result
 	}
 	g.emit(e)
 }

@@ -205,7 +205,9 @@ func lookupPath(v any, path string) (any, bool) {
 			if !isIndex(seg) || len(seg) > 9 {
 				return nil, false
 			}
-			fmt.Sscan(seg, &i)
+			if _, err := fmt.Sscan(seg, &i); err != nil {
+				return nil, false
+			}
 			if i >= len(c) {
 				return nil, false
 			}

@@ -771,11 +771,12 @@ func (a *Auth) validate(v *validator) {
 	seenIssuer := map[string]bool{}
 	for i, is := range a.Issuers {
 		p := fmt.Sprintf("auth.issuers[%d]", i)
-		if is.Issuer == "" {
+		switch {
+		case is.Issuer == "":
 			v.add(p+".issuer", "required: the tokens' iss")
-		} else if !secureURL(is.Issuer) {
+		case !secureURL(is.Issuer):
 			v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", is.Issuer)
-		} else if seenIssuer[is.Issuer] {
+		case seenIssuer[is.Issuer]:
 			v.add(p+".issuer", "%q is listed twice", is.Issuer)
 		}
 		seenIssuer[is.Issuer] = true

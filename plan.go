@@ -75,7 +75,7 @@ type Plan struct {
 
 // DecisionHash is the hex SHA-256 of [tool, canonical args, canonical facts].
 func DecisionHash(tool string, args, facts json.RawMessage) string {
-	b, _ := json.Marshal([]any{tool, json.RawMessage(orNull(args)), json.RawMessage(orNull(facts))})
+	b, _ := json.Marshal([]any{tool, orNull(args), orNull(facts)})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -202,10 +202,10 @@ func RollUp(events []*AuditEvent) ([]RollupRow, []RunCalls) {
 	return rows, rc
 }
 
-// The rollup is kept at two resolutions: per minute, and per hour for
-// the whole hours of a period, so that a day's figures read about 24 rows
-// a figure rather than 1,440 (and calls per run a histogram rather than
-// every run). RollupHour is the Unix hour of a Unix minute.
+// RollupHour is the Unix hour of a Unix minute. The rollup is kept at two
+// resolutions: per minute, and per hour for the whole hours of a period,
+// so that a day's figures read about 24 rows a figure rather than 1,440
+// (and calls per run a histogram rather than every run).
 func RollupHour(minute int64) int64 {
 	if minute < 0 {
 		return (minute - 59) / 60

@@ -53,7 +53,7 @@ func (d Duration) MarshalText() ([]byte, error) {
 	if d.err != nil {
 		return []byte(d.raw), nil
 	}
-	return []byte(d.Duration.String()), nil
+	return []byte(d.String()), nil
 }
 
 // IsSet reports whether the duration was given (and parsed) with a nonzero value.

@@ -127,8 +127,10 @@ func TestCancelledCallIsNotAnswered(t *testing.T) {
 		go func() { done <- g.MCPServer().Run(ctx, g.StdioTransport(inR, outW)) }()
 		t.Cleanup(func() {
 			cancel()
-			inW.Close()
-			<-done
+			_ = inW.Close()
+			if err := <-done; err != nil {
+				t.Logf("the server ended: %v", err)
+			}
 		})
 		answers := make(chan map[string]any, 16)
 		go func() {

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -71,7 +72,7 @@ func TestSlowBodiesDoNotHoldConnections(t *testing.T) {
 			buf := make([]byte, 1)
 			if _, err := c.Read(buf); err == nil {
 				t.Fatal("the connection is still open")
-			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			} else if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 				t.Fatalf("the connection was held past the body timeout (%v)", time.Since(start))
 			}
 		})

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -88,7 +89,7 @@ func (g *Gateway) withDeadlines(next http.Handler) http.Handler {
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 			_ = rc.SetReadDeadline(now.Add(g.bodyTimeout))
 		}
-		if !(r.Method == http.MethodGet && r.URL.Path == "/mcp") {
+		if r.Method != http.MethodGet || r.URL.Path != "/mcp" {
 			_ = rc.SetWriteDeadline(now.Add(g.longestCall))
 		}
 		next.ServeHTTP(w, r)
@@ -185,7 +186,7 @@ func (g *Gateway) handleTools(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) {
 	rec, err := g.guard.Get(r.Context(), r.PathValue("key"))
 	if err != nil {
-		if airlock.ErrorCode(err) == airlock.CodeNotFound || err == airlock.ErrNotFound {
+		if airlock.ErrorCode(err) == airlock.CodeNotFound || errors.Is(err, airlock.ErrNotFound) {
 			err = airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", r.PathValue("key"))
 		}
 		writeError(w, g.log, err)

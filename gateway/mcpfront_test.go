@@ -208,8 +208,10 @@ func TestStdioEdgeAnswersAndGoesOn(t *testing.T) {
 	go func() { done <- g.MCPServer().Run(ctx, g.StdioTransport(inR, outW)) }()
 	t.Cleanup(func() {
 		cancel()
-		inW.Close()
-		<-done
+		_ = inW.Close()
+		if err := <-done; err != nil {
+			t.Logf("the server ended: %v", err)
+		}
 	})
 	lines := bufio.NewScanner(outR)
 	lines.Buffer(make([]byte, 1<<20), 1<<20)

@@ -253,7 +253,7 @@ func toolNameFor(server string, used map[string]bool) string {
 		}
 	}
 	name := b.String()
-	if name == "" || !(name[0] >= 'a' && name[0] <= 'z' || name[0] >= 'A' && name[0] <= 'Z') {
+	if name == "" || (name[0] < 'a' || name[0] > 'z') && (name[0] < 'A' || name[0] > 'Z') {
 		name = "t_" + name
 	}
 	if len(name) > 60 {
@@ -287,7 +287,7 @@ func schemaNode(raw json.RawMessage) (*yaml.Node, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil || len(doc.Content) == 0 {
-		return nil, fmt.Errorf("the input schema is not JSON: %v", err)
+		return nil, fmt.Errorf("the input schema is not JSON: %w", err)
 	}
 	n := doc.Content[0]
 	if n.Kind != yaml.MappingNode {

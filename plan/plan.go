@@ -187,7 +187,7 @@ func (s *Service) propose(ctx context.Context, tool *airlock.Tool, args *airlock
 	}
 	stored, created, err := s.cfg.Store.CreatePlan(ctx, p)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: storing the plan: %v", airlock.ErrStoreUnavailable, err)
+		return nil, false, fmt.Errorf("%w: storing the plan: %w", airlock.ErrStoreUnavailable, err)
 	}
 	if created && s.cfg.Observer != nil {
 		s.cfg.Observer.Planned(stored.Tool, stored.Decision)
@@ -220,7 +220,7 @@ func (s *Service) lookup(ctx context.Context, tool *airlock.Tool, args map[strin
 	out := c.Call(ctx, &upstream.Request{Tool: rt, Args: b, TraceParent: tp, TraceState: ts})
 	if out.Kind != airlock.OutcomeSucceeded {
 		if out.Err != nil {
-			return nil, fmt.Errorf("lookup %s: %v", l.Tool, out.Err)
+			return nil, fmt.Errorf("lookup %s: %w", l.Tool, out.Err)
 		}
 		return nil, fmt.Errorf("lookup %s failed: %s", l.Tool, out.Result)
 	}

@@ -199,15 +199,15 @@ func LookupArgs(mapping map[string]string, args map[string]any, tool string) (ma
 		}
 		prg, err := env.Program(ast)
 		if err != nil {
-			return nil, fmt.Errorf("lookup argument %s: %v", name, err)
+			return nil, fmt.Errorf("lookup argument %s: %w", name, err)
 		}
 		v, _, err := prg.Eval(vars)
 		if err != nil {
-			return nil, fmt.Errorf("lookup argument %s: %v", name, err)
+			return nil, fmt.Errorf("lookup argument %s: %w", name, err)
 		}
 		native, err := v.ConvertToNative(reflectAny)
 		if err != nil {
-			return nil, fmt.Errorf("lookup argument %s: %v", name, err)
+			return nil, fmt.Errorf("lookup argument %s: %w", name, err)
 		}
 		out[name] = native
 	}

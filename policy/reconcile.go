@@ -107,7 +107,7 @@ func (r *Reconciler) Verdict(result any, args map[string]any) (string, error) {
 		}
 		out, _, err := prg.Eval(vars)
 		if err != nil {
-			return false, fmt.Errorf("%s: %v", field, err)
+			return false, fmt.Errorf("%s: %w", field, err)
 		}
 		b, ok := out.Value().(bool)
 		if !ok {

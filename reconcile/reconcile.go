@@ -71,7 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, rec *airlock.Record) (*airlo
 	}
 	var result any
 	if err := json.Unmarshal(found.Answer, &result); err != nil {
-		return nil, fmt.Errorf("%s answered something that is not JSON: %v", found.Tool, err)
+		return nil, fmt.Errorf("%s answered something that is not JSON: %w", found.Tool, err)
 	}
 	args, _ := airlock.ParseArgs(rec.Args)
 	verdict, err := rules.Verdict(result, args)

@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 }
 
 // crashTool is a write tool in a forever window keyed on record_id.
-func crashTool() *airlock.Tool { return bench.BenchTool() }
+func crashTool() *airlock.Tool { return bench.Tool() }
 
 // childRace waits for a line on stdin (so that every child starts at
 // once), then races 16 callers on each key of the key space and prints
@@ -62,14 +62,14 @@ func childRace() int {
 	g := airlock.NewGuard(s, nil)
 	defer g.Close()
 	var keys int
-	fmt.Sscan(os.Getenv(envKeys), &keys)
+	_, _ = fmt.Sscan(os.Getenv(envKeys), &keys)
 	fmt.Println("READY")
-	bufio.NewReader(os.Stdin).ReadString('\n')
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	res := bench.Run(ctx, &bench.GuardCaller{Guard: g, Tool: crashTool()}, bench.Config{
 		Impl: "airlock", Mode: bench.ModeRace, Calls: keys * 16, Concurrency: 16,
 		KeySpace: os.Getenv(envKeySpace), Work: 2 * time.Millisecond,
 	})
-	json.NewEncoder(os.Stdout).Encode(res)
+	_ = json.NewEncoder(os.Stdout).Encode(res)
 	return 0
 }
 

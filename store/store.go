@@ -54,13 +54,13 @@ func OpenWith(ctx context.Context, dsn string, o Options) (airlock.Store, error)
 	case "sqlite":
 		s, err := sqlite.Open(SQLitePath(dsn), &sqlite.Config{NoAudit: o.NoAudit})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", airlock.ErrStoreUnavailable, err)
 		}
 		return s, nil
 	default:
 		s, err := postgres.Open(ctx, dsn, &postgres.Config{NoAudit: o.NoAudit})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", airlock.ErrStoreUnavailable, err)
 		}
 		return s, nil
 	}
@@ -74,7 +74,7 @@ func OpenMigrated(ctx context.Context, dsn string) (airlock.Store, error) {
 	}
 	if err := s.Migrate(ctx); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("%w: migrating: %v", airlock.ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("%w: migrating: %w", airlock.ErrStoreUnavailable, err)
 	}
 	return s, nil
 }
@@ -83,8 +83,5 @@ func OpenMigrated(ctx context.Context, dsn string) (airlock.Store, error) {
 func SQLitePath(dsn string) string {
 	p := strings.TrimPrefix(dsn, "sqlite:")
 	// Accept sqlite:///abs/path and sqlite://rel as well as sqlite:PATH.
-	if strings.HasPrefix(p, "//") {
-		p = strings.TrimPrefix(p, "//")
-	}
-	return p
+	return strings.TrimPrefix(p, "//")
 }

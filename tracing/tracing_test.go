@@ -64,7 +64,7 @@ func TestFromEnvSwitches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Shutdown(context.Background())
+			defer func() { _ = s.Shutdown(context.Background()) }()
 			if s.On() != tc.on || (s.Tracer() != nil) != tc.on {
 				t.Errorf("on %v, tracer %v; want on %v", s.On(), s.Tracer(), tc.on)
 			}
@@ -137,7 +137,7 @@ func TestFromEnvExportsOverOTLPHTTP(t *testing.T) {
 func TestContinueAndParent(t *testing.T) {
 	t.Parallel()
 	tp := sdktrace.NewTracerProvider()
-	defer tp.Shutdown(context.Background())
+	defer func() { _ = tp.Shutdown(context.Background()) }()
 	tr := tracing.New(tp, "test")
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, tc := range []struct {

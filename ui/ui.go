@@ -144,8 +144,8 @@ func New(cfg Config) (*UI, error) {
 		u.log = slog.Default()
 	}
 	funcs := template.FuncMap{
-		"json":  func(b json.RawMessage) string { return indent(b) },
-		"facts": func(b json.RawMessage) string { return oneLine(b) },
+		"json":  indent,
+		"facts": oneLine,
 		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
 		"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 		"join":  strings.Join,

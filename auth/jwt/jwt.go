@@ -195,7 +195,7 @@ func (v *Verifier) verify(ctx context.Context, raw string, now time.Time) (Princ
 	if header.Alg == "" || strings.EqualFold(header.Alg, "none") {
 		return Principal{}, time.Time{}, refused("unsigned token (alg %q)", header.Alg)
 	}
-	jws, err := jose.ParseSigned(raw, accepted)
+	jws, err := jose.ParseSignedCompact(raw, accepted)
 	if err != nil {
 		return Principal{}, time.Time{}, refused("signature algorithm %q is not accepted (want an asymmetric one such as RS256 or ES256)", header.Alg)
 	}

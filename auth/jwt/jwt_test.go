@@ -141,7 +141,7 @@ func BenchmarkVerify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer idp.Shutdown()
+	defer func() { _ = idp.Shutdown() }()
 	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
 	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "exp": time.Now().Add(time.Hour).Unix()})
 	if err != nil {
@@ -166,7 +166,7 @@ func BenchmarkVerifyFirst(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer idp.Shutdown()
+	defer func() { _ = idp.Shutdown() }()
 	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
 	toks := make([]string, b.N+1)
 	for i := range toks {

@@ -171,7 +171,7 @@ func MapClaims(spec *airlock.OIDCSpec, issuer, subject string, claims map[string
 		name = subject
 	}
 	if err := airlock.CheckText(nameClaim, name); err != nil {
-		return Identity{}, fmt.Errorf("%w: %v", ErrRefused, err)
+		return Identity{}, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	id.Name = name
 	var values []string

@@ -102,7 +102,7 @@ func cmdBench(e *env, args []string) int {
 		}
 	default:
 		g = airlock.NewGuard(s, nil)
-		caller = &bench.GuardCaller{Guard: g, Tool: bench.BenchTool()}
+		caller = &bench.GuardCaller{Guard: g, Tool: bench.Tool()}
 	}
 	res := bench.Run(e.ctx, caller, cfg)
 	if g != nil {
@@ -224,7 +224,7 @@ func benchCompareAudit(e *env, on airlock.Store, dsn string, cfg bench.Config) i
 		defer g.Close()
 		c := cfg
 		c.KeySpace = space + suffix
-		return bench.Run(e.ctx, &bench.GuardCaller{Guard: g, Tool: bench.BenchTool()}, c)
+		return bench.Run(e.ctx, &bench.GuardCaller{Guard: g, Tool: bench.Tool()}, c)
 	}
 	met, err := metrics.New(prometheus.NewRegistry(), nil)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,7 +38,7 @@ func bin(t *testing.T, name string) string {
 		if buildErr != nil {
 			return
 		}
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		goBin := "go" // go test puts its own go first on PATH
 		for name, pkg := range map[string]string{
 			"airlock":   ".",
 			"payments":  "../../examples/withdrawals/cmd/payments",
@@ -48,7 +47,7 @@ func bin(t *testing.T, name string) string {
 		} {
 			out, err := exec.Command(goBin, "build", "-o", filepath.Join(binDir, name), pkg).CombinedOutput()
 			if err != nil {
-				buildErr = fmt.Errorf("building %s: %v\n%s", name, err, out)
+				buildErr = fmt.Errorf("building %s: %w\n%s", name, err, out)
 				return
 			}
 		}

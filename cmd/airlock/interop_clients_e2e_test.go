@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -56,13 +55,13 @@ func mcpgoDrivers(t *testing.T) []interopDriver {
 			return
 		}
 		out := filepath.Join(os.TempDir(), "airlock-interop-mcpgo")
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		goBin := "go" // go test puts its own go first on PATH
 		for release, modfile := range map[string]string{"v1.6.0": "go.mod", "v1.2.1": "go.v1.2.1.mod"} {
 			exe := out + "-" + release
 			cmd := exec.Command(goBin, "build", "-modfile="+modfile, "-o", exe, ".")
 			cmd.Dir = dir
 			if b, err := cmd.CombinedOutput(); err != nil {
-				mcpgoBuildEr = fmt.Errorf("building interop/mcpgo with mcp-go %s: %v\n%s", release, err, b)
+				mcpgoBuildEr = fmt.Errorf("building interop/mcpgo with mcp-go %s: %w\n%s", release, err, b)
 				return
 			}
 			mcpgoBuilt[release] = exe

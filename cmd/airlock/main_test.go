@@ -279,13 +279,19 @@ func TestPolicyTest(t *testing.T) {
 	dir := t.TempDir()
 	src, _ := os.ReadFile("../../examples/withdrawals/airlock.yaml")
 	cases, _ := os.ReadFile("../../examples/withdrawals/policy/approve_withdrawal_test.yaml")
-	os.MkdirAll(filepath.Join(dir, "policy"), 0o755)
-	os.WriteFile(filepath.Join(dir, "policy", "approve_withdrawal_test.yaml"), cases, 0o644)
+	if err := os.MkdirAll(filepath.Join(dir, "policy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy", "approve_withdrawal_test.yaml"), cases, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("a deliberately broken rule fails the tests, naming the case", func(t *testing.T) {
 		broken := strings.Replace(string(src), "facts.amount_minor < 50000", "facts.amount_minor < 500000", 1)
 		path := filepath.Join(dir, "broken.yaml")
-		os.WriteFile(path, []byte(broken), 0o644)
+		if err := os.WriteFile(path, []byte(broken), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		r := runCLI(t, "policy", "test", "--config", path)
 		if r.code != 1 || !strings.Contains(r.stdout, "FAIL  approve_withdrawal: large withdrawal goes to a human") {
 			t.Fatalf("exit %d\n%s", r.code, r.stdout)
@@ -298,7 +304,9 @@ func TestPolicyTest(t *testing.T) {
 			t.Fatal("the example no longer names its rule tests as policy/approve_withdrawal_test.yaml")
 		}
 		path := filepath.Join(t.TempDir(), "abs.yaml")
-		os.WriteFile(path, []byte(named), 0o644)
+		if err := os.WriteFile(path, []byte(named), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		r := runCLI(t, "policy", "test", "--config", path)
 		if r.code != 0 || !strings.Contains(r.stdout, "0 failed") {
 			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -307,7 +315,9 @@ func TestPolicyTest(t *testing.T) {
 	t.Run("a rule that does not compile is a load error naming it", func(t *testing.T) {
 		bad := strings.Replace(string(src), "facts.amount_minor < 50000", "fact.amount_minor < 50000", 1)
 		path := filepath.Join(dir, "bad.yaml")
-		os.WriteFile(path, []byte(bad), 0o644)
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		r := runCLI(t, "tools", "check", "--config", path)
 		if r.code != 1 || !strings.Contains(r.stdout, `rule "under_limit" does not compile`) || !strings.Contains(r.stdout, path+":") {
 			t.Fatalf("exit %d\n%s", r.code, r.stdout)

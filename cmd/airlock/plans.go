@@ -57,7 +57,7 @@ func openPlanClient(ctx context.Context, db, url, token, by, config string) (*pl
 		}
 		if err := a.Store.Ping(ctx); err != nil {
 			_ = a.Close(context.Background())
-			return nil, fmt.Errorf("%v (run airlock migrate --db first)", err)
+			return nil, fmt.Errorf("%w (run airlock migrate --db first)", err)
 		}
 		if strings.TrimSpace(by) == "" {
 			by = "cli" // no --as and no $USER

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -154,7 +155,7 @@ func TestE2ENoticeSurvivesAKilledReplica(t *testing.T) {
 
 	payments := startPayments(t)
 	config := e2eManifest(t, payments.url(), "", "", fmt.Sprintf("\nnotify: {webhook: %q, secret_env: E2E_NOTIFY_SECRET}\n", hook.URL))
-	env := append(tokenEnv, "E2E_NOTIFY_SECRET=notice-secret")
+	env := append(slices.Clone(tokenEnv), "E2E_NOTIFY_SECRET=notice-secret")
 	flags := []string{"serve", "--config", config, "--db", dsn, "--commit-rescue-after", "4s"}
 	a := start(t, env, bin(t, "airlock"), append(flags, "--listen", freeAddr(t))...)
 	status, body := apiCall(t, "POST", a.url()+"/v1/calls", agentToken, `{"tool":"plan_approve_withdrawal","args":{"record_id":"WD-8"},"run_id":"notice"}`)

@@ -37,9 +37,10 @@ func TestE2EStdioSurvivesBadMessages(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		stdin.Close()
+		_ = stdin.Close()
 		select {
-		case <-exited:
+		case err := <-exited:
+			t.Logf("airlock mcp exited: %v", err)
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
 		}

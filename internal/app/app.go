@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 			if a.Guard != nil {
 				a.Guard.Close() // its event writer runs from NewGuard on
 			}
-			a.closeParts()
+			_ = a.closeParts() // the error that stopped New is the one to report
 		}
 	}()
 
@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		// The store's migrations and the commit queue's, under the
 		// driver's lock where it has one.
 		if err := a.commits.migrate(ctx); err != nil {
-			return nil, fmt.Errorf("%w: migrating: %v", airlock.ErrStoreUnavailable, err)
+			return nil, fmt.Errorf("%w: migrating: %w", airlock.ErrStoreUnavailable, err)
 		}
 	}
 
@@ -274,7 +274,7 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 		}
 		s, err := sqlite.Open(store.SQLitePath(a.cfg.DSN), sc)
 		if err != nil {
-			return fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
+			return fmt.Errorf("%w: %w", airlock.ErrStoreUnavailable, err)
 		}
 		a.Store = s
 		// River's SQLite driver wants a pool of one connection, opened with
@@ -309,7 +309,7 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 		}
 		s, err := postgres.Open(ctx, a.cfg.DSN, pc)
 		if err != nil {
-			return fmt.Errorf("%w: %v", airlock.ErrStoreUnavailable, err)
+			return fmt.Errorf("%w: %w", airlock.ErrStoreUnavailable, err)
 		}
 		a.Store = s
 		a.commits = commitQueue{

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,16 +134,7 @@ func TestMCPConformanceTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	airlockURL := startApp(t, tasksConformanceManifest, "URL", tasksFixture(t))
-	target, _ := url.Parse(airlockURL)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	director := proxy.Director
-	proxy.Director = func(r *http.Request) {
-		director(r)
-		r.Header.Set("Authorization", "Bearer "+agentToken)
-	}
-	proxy.FlushInterval = -1
-	front := httptest.NewServer(proxy)
-	t.Cleanup(front.Close)
+	front := tokenProxy(t, airlockURL)
 
 	for _, sc := range tasksScenarios {
 		t.Run(sc, func(t *testing.T) {

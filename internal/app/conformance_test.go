@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -113,16 +112,7 @@ func runConformance(t *testing.T, env string, stateless bool, baselineFile strin
 	// The suite's client sends no bearer token: a loopback proxy in the
 	// test adds one (decision in docs/gateway.md, Conformance), so airlock
 	// runs with its authentication as deployed.
-	target, _ := url.Parse(airlockURL)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	director := proxy.Director
-	proxy.Director = func(r *http.Request) {
-		director(r)
-		r.Header.Set("Authorization", "Bearer "+agentToken)
-	}
-	proxy.FlushInterval = -1 // SSE: pass each event on at once
-	front := httptest.NewServer(proxy)
-	t.Cleanup(front.Close)
+	front := tokenProxy(t, airlockURL)
 
 	baseline, err := filepath.Abs(baselineFile)
 	if err != nil {
@@ -152,6 +142,27 @@ func runConformance(t *testing.T, env string, stateless bool, baselineFile strin
 	if err != nil {
 		t.Fatalf("the conformance suite failed (%v): a scenario failed that the baseline does not list, or one it lists now passes", err)
 	}
+}
+
+// tokenProxy serves airlockURL on loopback with the agent's bearer token
+// added to every request, for a client that sends none.
+func tokenProxy(t *testing.T, airlockURL string) *httptest.Server {
+	t.Helper()
+	target, err := url.Parse(airlockURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+			r.Out.Header.Set("Authorization", "Bearer "+agentToken)
+		},
+		FlushInterval: -1, // SSE: pass each event on at once
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	return front
 }
 
 func freeAddr(t *testing.T) string {

@@ -192,7 +192,7 @@ func (b *traceBundle) spansOf(traceID trace.TraceID) map[string][]sdktrace.ReadO
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	out := map[string]string{}
 	for _, kv := range s.Attributes() {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }

@@ -333,8 +333,8 @@ type GuardCaller struct {
 	Tool  *airlock.Tool
 }
 
-// BenchTool is the tool the benchmark calls.
-func BenchTool() *airlock.Tool {
+// Tool is the tool the benchmark calls.
+func Tool() *airlock.Tool {
 	w := airlock.Window{Kind: airlock.WindowForever}
 	return &airlock.Tool{
 		Name: "bench_approve", Kind: airlock.KindWrite,

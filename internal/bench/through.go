@@ -115,7 +115,7 @@ func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through
 	}
 	t.upstreamURL = up
 	w := airlock.Window{Kind: airlock.WindowForever}
-	t.tool = BenchTool()
+	t.tool = Tool()
 	t.tool.Window = &w
 	t.tool.Upstream = &airlock.ToolUpstream{Name: "bench", Path: "/do"}
 	m := &airlock.Manifest{Version: 1, Upstreams: map[string]airlock.Upstream{"bench": {HTTP: up}}, Tools: []*airlock.Tool{t.tool}}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,7 +87,7 @@ func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, b
 		}
 		// The conflicting row is committed (ON CONFLICT waited for it).
 		rec, err := s.Get(ctx, c.Key)
-		if err == airlock.ErrNotFound {
+		if errors.Is(err, airlock.ErrNotFound) {
 			continue // released or settled as not happened meanwhile: claim again
 		}
 		if err != nil {
@@ -206,7 +207,7 @@ func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note
 		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, error, actor, outcome)
 			SELECT $3, 'in_doubt', run_id, key, tool, $2, 'system', 'unknown' FROM u)
 		SELECT pg_notify('`+channel+`', key) FROM u`, key, note, now)
-	if err == airlock.ErrLeaseLost {
+	if errors.Is(err, airlock.ErrLeaseLost) {
 		return false, nil
 	}
 	return err == nil, err
@@ -226,7 +227,7 @@ func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil
 		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, error, actor)
 			SELECT $4, 'redriven', run_id, key, tool, args, 'the lease expired; re-driven with the same key', 'system' FROM u)
 		SELECT `+recordColumns+` FROM u`, key, owner, leaseUntil, now)
-	if err == airlock.ErrNotFound {
+	if errors.Is(err, airlock.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
@@ -240,7 +241,7 @@ func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Re
 	var rec *airlock.Record
 	err := s.auditTx(ctx, func(tx pgx.Tx) error {
 		cur, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = $1 FOR UPDATE`, st.Key))
-		if err == airlock.ErrNotFound {
+		if errors.Is(err, airlock.ErrNotFound) {
 			return airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", st.Key)
 		}
 		if err != nil {

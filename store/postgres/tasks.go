@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -59,7 +60,7 @@ func (s *Store) CreateTask(ctx context.Context, t *airlock.Task) (*airlock.Task,
 			t.ID, t.Principal, t.Subject(), t.Tool, t.Repeat, t.CreatedAt, expires), &created)
 		// No row: another replica's insert committed after this
 		// statement's snapshot was taken; the next one sees it.
-		if err != airlock.ErrNotFound || ctx.Err() != nil {
+		if !errors.Is(err, airlock.ErrNotFound) || ctx.Err() != nil {
 			return out, created, err
 		}
 	}

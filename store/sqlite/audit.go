@@ -124,10 +124,10 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		// The chain continues from the last sealed event or, when retention
 		// has purged every one, from the anchor.
 		err := tx.QueryRowContext(ctx, `SELECT seq, hash, id FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash, &lastID)
-		if err == sql.ErrNoRows {
+		if errors.Is(err, sql.ErrNoRows) {
 			err = tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&lastSeq, &lastHash)
 		}
-		if err != nil && err != sql.ErrNoRows {
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		// Only events written after the sealed head: one writer commits
@@ -193,7 +193,7 @@ func (s *Store) AuditAnchor(ctx context.Context) (airlock.AuditAnchor, error) {
 	var a airlock.AuditAnchor
 	var at int64
 	err := s.read.QueryRowContext(ctx, `SELECT seq, hash, at, purged FROM airlock_audit_anchor WHERE id = 1`).Scan(&a.Seq, &a.Hash, &at, &a.Purged)
-	if err == sql.ErrNoRows {
+	if errors.Is(err, sql.ErrNoRows) {
 		return a, nil
 	}
 	a.At = fromMicros(at)
@@ -212,11 +212,11 @@ func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, 
 		}
 		err := tx.QueryRowContext(ctx, `SELECT seq, hash, at FROM airlock_audit WHERE seq IS NOT NULL AND seq <= ? ORDER BY seq LIMIT 1 OFFSET ?`,
 			through, limit-1).Scan(&last.seq, &last.hash, &last.at)
-		if err == sql.ErrNoRows {
+		if errors.Is(err, sql.ErrNoRows) {
 			err = tx.QueryRowContext(ctx, `SELECT seq, hash, at FROM airlock_audit WHERE seq IS NOT NULL AND seq <= ? ORDER BY seq DESC LIMIT 1`,
 				through).Scan(&last.seq, &last.hash, &last.at)
 		}
-		if err == sql.ErrNoRows {
+		if errors.Is(err, sql.ErrNoRows) {
 			return nil // nothing sealed up to through
 		}
 		if err != nil {

@@ -905,7 +905,7 @@ func (s *lostReplies) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Rec
 	if err != nil || !claimed || !s.claimLost.CompareAndSwap(false, true) {
 		return rec, claimed, err
 	}
-	rec, err = s.Store.Get(ctx, c.Key)
+	rec, err = s.Get(ctx, c.Key)
 	return rec, false, err
 }
 

@@ -36,7 +36,7 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		}
 		must(t, s.SetSessionFlash(ctx, ps.ID, ""))
 		must(t, s.DeleteSession(ctx, ps.ID))
-		if _, err := s.GetSession(ctx, ps.ID, now); err != airlock.ErrNotFound {
+		if _, err := s.GetSession(ctx, ps.ID, now); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("after delete: %v", err)
 		}
 		must(t, s.DeleteSession(ctx, ps.ID)) // twice is no error
@@ -48,10 +48,10 @@ func RunSessions(t *testing.T, newStore NewStore) {
 			must(t, s.CreateSession(ctx, &airlock.PageSession{ID: sessionID(fmt.Sprint("e", i)), Name: "n", Role: airlock.RoleAdmin,
 				CSRF: "c", CreatedAt: now.Add(-2 * time.Hour), ExpiresAt: now.Add(time.Duration(i-1) * time.Hour)}))
 		}
-		if _, err := s.GetSession(ctx, sessionID("e0"), now); err != airlock.ErrNotFound {
+		if _, err := s.GetSession(ctx, sessionID("e0"), now); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("an expired session: %v", err)
 		}
-		if _, err := s.GetSession(ctx, sessionID("e1"), now); err != airlock.ErrNotFound {
+		if _, err := s.GetSession(ctx, sessionID("e1"), now); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("a session expiring now: %v", err)
 		}
 		n, err := s.PurgeSessions(ctx, now, 100)
@@ -85,7 +85,7 @@ func RunSessions(t *testing.T, newStore NewStore) {
 				t.Errorf("%s: %v", tc.field, err)
 			}
 		}
-		if _, err := s.GetSession(ctx, good.ID, now); err != airlock.ErrNotFound {
+		if _, err := s.GetSession(ctx, good.ID, now); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("a refused session was stored: %v", err)
 		}
 	})

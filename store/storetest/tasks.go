@@ -77,7 +77,7 @@ func RunTasks(t *testing.T, newStore NewStore) {
 		if !c || back.PlanID != "pl_1" || back.RecordKey != "" || !back.Repeat || !back.ExpiresAt.IsZero() {
 			t.Fatalf("plan task: %+v", back)
 		}
-		if _, err := s.GetTask(ctx, airlock.NewTaskID()); err != airlock.ErrNotFound {
+		if _, err := s.GetTask(ctx, airlock.NewTaskID()); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("unknown task: %v, want ErrNotFound", err)
 		}
 	})
@@ -153,7 +153,7 @@ func RunTasks(t *testing.T, newStore NewStore) {
 		}
 		_, err := s.Purge(ctx, now, 1000)
 		must(t, err)
-		if _, err := s.GetTask(ctx, old.ID); err != airlock.ErrNotFound {
+		if _, err := s.GetTask(ctx, old.ID); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("an expired task is still there: %v", err)
 		}
 		for _, tk := range []*airlock.Task{kept, forever} {
@@ -198,7 +198,7 @@ func RunTasks(t *testing.T, newStore NewStore) {
 		if ok || still.Status != airlock.PlanApproved {
 			t.Fatalf("approved plan: %v %+v", ok, still)
 		}
-		if _, _, err := s.WithdrawPlan(ctx, "pl_none", "agent-a", "", at); err != airlock.ErrNotFound {
+		if _, _, err := s.WithdrawPlan(ctx, "pl_none", "agent-a", "", at); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("unknown plan: %v", err)
 		}
 	})

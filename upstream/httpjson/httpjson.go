@@ -136,7 +136,7 @@ func classify(status int, raw []byte) airlock.Outcome {
 	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests, status >= 500:
 		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("upstream answered %d: %s", status, snippet(raw))}
 	default:
-		res, _ := json.Marshal(map[string]any{"status": status, "error": json.RawMessage(asJSON(raw))})
+		res, _ := json.Marshal(map[string]any{"status": status, "error": asJSON(raw)})
 		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: res}
 	}
 }
@@ -174,8 +174,5 @@ func neverSent(err error) bool {
 		return true
 	}
 	var tlsErr *tls.CertificateVerificationError
-	if errors.As(err, &tlsErr) {
-		return true
-	}
-	return false
+	return errors.As(err, &tlsErr)
 }

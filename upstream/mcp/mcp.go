@@ -444,7 +444,7 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 	if err != nil {
 		return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: fmt.Errorf("connecting to the MCP server: %w", err)}
 	}
-	params := &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(req.Args)}
+	params := &sdk.CallToolParams{Name: name, Arguments: req.Args}
 	if req.Key != "" || req.TraceParent != "" || req.Progress != nil || relaying {
 		params.Meta = sdk.Meta{}
 	}
