@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Audit event kinds (DESIGN §2.5).
+// Audit event kinds (docs/audit.md).
 const (
 	EventClaimed     = "claimed"
 	EventCompleted   = "completed"

@@ -1,5 +1,5 @@
 // Package airlock makes an AI agent's side-effecting tool calls happen at
-// most once per unit of work (DESIGN §2). It holds the domain and imports
+// most once per unit of work (docs/concepts.md). It holds the domain and imports
 // only the standard library:
 //
 //   - key derivation (DeriveKey): the key is never shown to the model; it

@@ -313,7 +313,7 @@ func (g *Guard) Derive(c *Call) (*Derivation, error) {
 	return DeriveKey(KeyInput{Tool: c.Tool, Calendar: c.Calendar, Args: c.Args.Value(), At: g.clock.Now(), RunID: c.RunID})
 }
 
-// Do runs fn at most once for the call's key and answers as DESIGN §2.2
+// Do runs fn at most once for the call's key and answers as docs/concepts.md ("The guarded call")
 // says: a first call gets its result; a repeat gets the first result with
 // Repeat set; a running first call is waited for up to the tool's
 // repeat_wait; an in-doubt record gets an in_doubt answer. Errors are for

@@ -35,7 +35,7 @@ const (
 	DefaultRepeatWait = 15 * time.Second
 )
 
-// Manifest is the tool manifest, airlock.yaml (DESIGN §6.1).
+// Manifest is the tool manifest, airlock.yaml (docs/configuration.md, "The manifest").
 type Manifest struct {
 	Version   int                 `yaml:"version" json:"version"`
 	Calendar  Calendar            `yaml:"calendar" json:"calendar"`
@@ -919,7 +919,7 @@ func (t *Tool) validate(v *validator, p string, m *Manifest) {
 		}
 		return
 	}
-	// The three questions (DESIGN §2.4).
+	// The three questions (docs/concepts.md, "The three questions").
 	for _, q := range []struct{ field, question, answer string }{
 		{"undo", "can it be undone", t.Answers.Undo},
 		{"approver", "who approves it", t.Answers.Approver},

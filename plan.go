@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// PlanStatus is where a plan is in plan → approve → commit (DESIGN §2.3).
+// PlanStatus is where a plan is in plan → approve → commit (docs/plans.md).
 type PlanStatus string
 
 // Plan statuses: awaiting_approval → approved | rejected | expired;

@@ -1,4 +1,4 @@
-// Package audit reads, verifies and exports the audit log (DESIGN §2.5).
+// Package audit reads, verifies and exports the audit log (docs/audit.md).
 // Events are written unsealed in the transaction of the change they
 // describe; the sealer (RunSealer) gives them consecutive sequence numbers
 // and chains each event's hash to the previous one, afterwards and in one

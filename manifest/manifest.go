@@ -1,4 +1,4 @@
-// Package manifest loads airlock.yaml (DESIGN §6.1) into the root package's
+// Package manifest loads airlock.yaml (docs/configuration.md, "The manifest") into the root package's
 // types and validates it, reporting each problem with its place in the file
 // (file:line:col) so that `airlock tools check` reads like a compiler.
 package manifest

@@ -1,5 +1,5 @@
 // Package metrics exposes the figures that show the protection works
-// (DESIGN §2.6) as Prometheus metrics (client_golang), registered on a
+// (docs/audit.md, "The figures") as Prometheus metrics (client_golang), registered on a
 // prometheus.Registerer passed in — never the global one.
 package metrics
 

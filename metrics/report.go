@@ -14,7 +14,7 @@ import (
 	"github.com/airlockhq/airlock"
 )
 
-// The report (DESIGN §2.6) is computed from the store — the audit log and
+// The report (docs/audit.md, "The figures") is computed from the store — the audit log and
 // the plans — so it works without Prometheus.
 
 // Report is the figures per tool over a period, with warnings.

@@ -1,9 +1,9 @@
-// Package plan is plan → approve → commit for irreversible tools (DESIGN
-// §2.3): an agent only proposes (Propose); facts come from the system of
-// record through the tool's lookup; the policy decides automatic or human
-// approval; a person decides with Decide; the commit runs on a durable
-// queue (package plan/riverqueue) through the guarded call with the tool's
-// key, so a retried job never executes twice.
+// Package plan is plan → approve → commit for irreversible tools
+// (docs/plans.md): an agent only proposes (Propose); facts come from the
+// system of record through the tool's lookup; the policy decides automatic
+// or human approval; a person decides with Decide; the commit runs on a
+// durable queue (package plan/riverqueue) through the guarded call with the
+// tool's key, so a retried job never executes twice.
 package plan
 
 import (

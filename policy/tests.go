@@ -13,7 +13,7 @@ import (
 	"github.com/airlockhq/airlock"
 )
 
-// Case is one rule test (DESIGN §6.1): arguments and facts in, the rule and
+// Case is one rule test (docs/configuration.md, "The manifest"): arguments and facts in, the rule and
 // decision expected out.
 type Case struct {
 	Name  string         `yaml:"name"`

@@ -1,5 +1,5 @@
 // Package reconcile settles in-doubt work by asking the system of record
-// (DESIGN §2.2): a side-effecting tool names a read tool (reconcile_with)
+// (docs/concepts.md, "The guarded call"): a side-effecting tool names a read tool (reconcile_with)
 // and, in its reconcile block, CEL conditions over that tool's answer that
 // say whether the work happened (happened_when, not_happened_when). The
 // guard's reaper calls Reconcile for every in-doubt record of such a tool

@@ -1,4 +1,4 @@
-// Package bench runs the workloads of `airlock bench` (DESIGN §6.2): new
+// Package bench runs the workloads of `airlock bench` (docs/configuration.md, "The command line"): new
 // calls, repeats, races on one key and a mix, through the airlock guard or
 // through a plain claim-insert / update-result baseline over the same
 // database, and reports one JSON line.

@@ -95,7 +95,7 @@ func runGuard(t *testing.T, newStore NewStore) {
 	runGuardLifecycle(t, newStore)
 }
 
-// runGuardTable covers each row of the table in DESIGN §2.2.
+// runGuardTable covers each row of the table in docs/concepts.md, "The guarded call".
 func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 	cfg := func() *airlock.GuardConfig { return &airlock.GuardConfig{CacheSize: cacheSize} }
 

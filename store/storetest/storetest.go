@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite every airlock store driver
 // passes: the store's own contract and the guarded call's behaviours
-// (DESIGN §2.2) on top of it. A driver's tests call Run with a function
+// (docs/concepts.md, "The guarded call") on top of it. A driver's tests call Run with a function
 // that makes a fresh, migrated, empty store.
 package storetest
 
