@@ -2,6 +2,7 @@ package airlock_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestNewArgs(t *testing.T) {
 			a, err := airlock.NewArgs([]byte(tc.raw))
 			if tc.problem != "" {
 				var e *airlock.Error
-				if !errorsAs(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != "args" || !strings.Contains(e.Message, tc.problem) {
+				if !errors.As(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != "args" || !strings.Contains(e.Message, tc.problem) {
 					t.Fatalf("got %v, want invalid_argument on args saying %q", err, tc.problem)
 				}
 				return

@@ -360,7 +360,7 @@ func ArgsHash(canonicalArgs []byte) string {
 func DiffArgs(a, b map[string]any) []string {
 	var out []string
 	diffInto(&out, "", a, b)
-	sortStrings(out)
+	slices.Sort(out)
 	return out
 }
 

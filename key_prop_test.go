@@ -3,6 +3,7 @@ package airlock_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -132,7 +133,7 @@ func FuzzDeriveKey(f *testing.F) {
 			d, err := airlock.DeriveKey(airlock.KeyInput{Tool: tool, Calendar: &m.Calendar, Args: args, At: at, RunID: run})
 			if err != nil {
 				var e *airlock.Error
-				if !errorsAs(err, &e) || e.Field == "" {
+				if !errors.As(err, &e) || e.Field == "" {
 					t.Fatalf("error names no field: %v", err)
 				}
 				continue

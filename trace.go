@@ -71,24 +71,3 @@ const (
 	AttrPlanRule      = "airlock.plan.rule"
 	AttrDecidedBy     = "airlock.plan.decided_by"
 )
-
-// TracerOr returns t, or a tracer that makes no spans when t is nil.
-func TracerOr(t Tracer) Tracer {
-	if t == nil {
-		return noTracer{}
-	}
-	return t
-}
-
-type noTracer struct{}
-
-func (noTracer) Start(ctx context.Context, _ string, _ ...Attr) (context.Context, Span) {
-	return ctx, noSpan{}
-}
-func (noTracer) Continue(ctx context.Context, _, _ string) context.Context { return ctx }
-func (noTracer) Parent(context.Context) (string, string)                   { return "", "" }
-
-type noSpan struct{}
-
-func (noSpan) Set(...Attr) {}
-func (noSpan) End(error)   {}

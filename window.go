@@ -2,7 +2,6 @@ package airlock
 
 import (
 	"fmt"
-	"sort"
 	"time"
 )
 
@@ -106,5 +105,3 @@ func (c *Calendar) dayEnd(day time.Time) time.Time {
 	}
 	return time.Date(y, m, d+1, 0, 0, 0, 0, loc)
 }
-
-func sortStrings(s []string) { sort.Strings(s) }

@@ -123,9 +123,6 @@ func (ps Proxies) Secure(r *http.Request) bool {
 	return ps.trusts(remoteHost(r)) && strings.EqualFold(strings.TrimSpace(strings.Split(r.Header.Get("X-Forwarded-Proto"), ",")[0]), "https")
 }
 
-// ClientAddr is the connection's own address (no proxy trusted).
-func ClientAddr(r *http.Request) string { return Proxies(nil).ClientAddr(r) }
-
 // Wait reports how long addr must wait before it may try again (0: it
 // may now); a wait is counted as a refusal of kind.
 func (t *Throttle) Wait(addr, kind string) time.Duration {

@@ -555,7 +555,7 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 		ID: id, Approve: action == "approve", By: s.Name, Role: s.Role, Reason: r.PostFormValue("reason"), DecisionHash: r.PostFormValue("decision_hash"),
 	}); err != nil {
 		var e *airlock.Error
-		if errorsAs(err, &e) {
+		if errors.As(err, &e) {
 			msg = e.Message
 		} else {
 			msg = "The decision could not be recorded."
@@ -665,7 +665,7 @@ func (u *UI) settle(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		var e *airlock.Error
-		if errorsAs(err, &e) {
+		if errors.As(err, &e) {
 			msg = e.Message
 		} else {
 			msg = err.Error()

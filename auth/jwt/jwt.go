@@ -99,15 +99,6 @@ func New(cfg Config) *Verifier {
 	return v
 }
 
-// Issuers are the configured issuers' URLs, in the manifest's order.
-func (v *Verifier) Issuers() []string {
-	out := make([]string, 0, len(v.cfg.Issuers))
-	for _, s := range v.cfg.Issuers {
-		out = append(out, s.Issuer)
-	}
-	return out
-}
-
 // LooksLikeJWT reports whether a bearer token has a JWT's shape (three
 // base64url parts), so that it is verified as one rather than looked up
 // among the static tokens.
