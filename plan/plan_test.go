@@ -90,14 +90,18 @@ type driver struct {
 var workerConfig = &riverqueue.Config{FetchPollInterval: 50 * time.Millisecond}
 
 func drivers() []driver {
-	ins, err := riverqueue.NewInserter()
+	lite, err := riverqueue.SQLiteInserter()
+	if err != nil {
+		panic(err)
+	}
+	pg, err := riverqueue.PostgresInserter()
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	return []driver{
 		{"sqlite", func(t *testing.T) (airlock.Store, func(riverqueue.Committer) *riverqueue.Worker) {
-			s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), &sqlite.Config{EnqueueCommit: ins.SQLite})
+			s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), &sqlite.Config{EnqueueCommit: lite.Commit})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,11 +112,11 @@ func drivers() []driver {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := riverqueue.MigrateSQLite(ctx, db); err != nil {
+			if err := riverqueue.SQLite(db).Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
 			return s, func(c riverqueue.Committer) *riverqueue.Worker {
-				w, err := riverqueue.StartSQLite(ctx, db, c, workerConfig)
+				w, err := riverqueue.SQLite(db).Start(ctx, c, workerConfig)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -120,18 +124,18 @@ func drivers() []driver {
 			}
 		}},
 		{"postgres", func(t *testing.T) (airlock.Store, func(riverqueue.Committer) *riverqueue.Worker) {
-			s, err := postgres.Open(ctx, testdb.Schema(t), &postgres.Config{EnqueueCommit: ins.Postgres})
+			s, err := postgres.Open(ctx, testdb.Schema(t), &postgres.Config{EnqueueCommit: pg.Commit})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := riverqueue.MigratePostgres(ctx, s.Pool()); err != nil {
+			if err := riverqueue.Postgres(s.Pool()).Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
 			return s, func(c riverqueue.Committer) *riverqueue.Worker {
-				w, err := riverqueue.StartPostgres(ctx, s.Pool(), c, workerConfig)
+				w, err := riverqueue.Postgres(s.Pool()).Start(ctx, c, workerConfig)
 				if err != nil {
 					t.Fatal(err)
 				}

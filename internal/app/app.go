@@ -160,11 +160,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	}()
 
 	// The store inserts commit jobs in its own transactions.
-	inserter, err := riverqueue.NewInserter()
-	if err != nil {
-		return nil, err
-	}
-	if err := a.openStore(ctx, inserter); err != nil {
+	if err := a.openStore(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.Migrate {
@@ -181,6 +177,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	m := cfg.Manifest
+	var err error
 	if a.Metrics, err = metrics.New(a.Registry, &metrics.Config{Waiting: func(ctx context.Context) ([]airlock.WaitingPlans, error) {
 		return plan.WaitingByTool(ctx, a.Store, m)
 	}, InDoubt: a.Store.InDoubtByTool}); err != nil {
@@ -259,18 +256,22 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	return a, nil
 }
 
-// openStore opens the store the DSN names, with the commit inserter typed
-// to its transaction, and chooses the commit queue's River driver.
-func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
+// openStore opens the store the DSN names, with the job inserter typed to
+// its transaction, and chooses the commit queue's River driver.
+func (a *App) openStore(ctx context.Context) error {
 	kind, err := store.Kind(a.cfg.DSN)
 	if err != nil {
 		return err
 	}
 	switch kind {
 	case "sqlite":
-		sc := &sqlite.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.SQLite}
+		ins, err := riverqueue.SQLiteInserter()
+		if err != nil {
+			return err
+		}
+		sc := &sqlite.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Commit}
 		if a.Manifest.Notify.Webhook != "" {
-			sc.EnqueueNotice = ins.SQLiteNotice
+			sc.EnqueueNotice = ins.Notice
 		}
 		s, err := sqlite.Open(store.SQLitePath(a.cfg.DSN), sc)
 		if err != nil {
@@ -288,14 +289,14 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 				if err != nil {
 					return err
 				}
-				return errors.Join(riverqueue.MigrateSQLite(ctx, db), db.Close())
+				return errors.Join(riverqueue.SQLite(db).Migrate(ctx), db.Close())
 			},
 			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error) {
 				db, err := s.OpenDB(1)
 				if err != nil {
 					return nil, err
 				}
-				w, err := riverqueue.StartSQLite(ctx, db, c, cfg)
+				w, err := riverqueue.SQLite(db).Start(ctx, c, cfg)
 				if err != nil {
 					db.Close()
 				}
@@ -303,9 +304,13 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 			},
 		}
 	default:
-		pc := &postgres.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Postgres}
+		ins, err := riverqueue.PostgresInserter()
+		if err != nil {
+			return err
+		}
+		pc := &postgres.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Commit}
 		if a.Manifest.Notify.Webhook != "" {
-			pc.EnqueueNotice = ins.PostgresNotice
+			pc.EnqueueNotice = ins.Notice
 		}
 		s, err := postgres.Open(ctx, a.cfg.DSN, pc)
 		if err != nil {
@@ -314,10 +319,10 @@ func (a *App) openStore(ctx context.Context, ins *riverqueue.Inserter) error {
 		a.Store = s
 		a.commits = commitQueue{
 			migrate: func(ctx context.Context) error {
-				return s.MigrateWith(ctx, func(ctx context.Context) error { return riverqueue.MigratePostgres(ctx, s.Pool()) })
+				return s.MigrateWith(ctx, func(ctx context.Context) error { return riverqueue.Postgres(s.Pool()).Migrate(ctx) })
 			},
 			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error) {
-				return riverqueue.StartPostgres(ctx, s.Pool(), c, cfg)
+				return riverqueue.Postgres(s.Pool()).Start(ctx, c, cfg)
 			},
 		}
 	}

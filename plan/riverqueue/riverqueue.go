@@ -1,7 +1,8 @@
 // Package riverqueue runs plan commits and webhook notices on River
 // (github.com/riverqueue/river):
 // the commit job is inserted by the store in the same transaction that
-// approves the plan (unique per plan; Inserter), and the worker calls
+// approves the plan (unique per plan; Inserter, typed to the
+// driver's transaction), and the worker calls
 // plan.Service.Commit, which goes through the guarded call with the tool's
 // key — so a retried or rescued job never executes the tool twice. The
 // notice job of a plan waiting for a person is inserted with the plan and
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
@@ -121,49 +123,37 @@ func (w *worker) Work(ctx context.Context, job *river.Job[CommitArgs]) error {
 // Timeout bounds one commit attempt (the tool's own timeout applies inside).
 func (w *worker) Timeout(*river.Job[CommitArgs]) time.Duration { return w.timeout }
 
-// Inserter inserts commit jobs inside a store's own transaction, typed to
-// each driver's transaction. It holds no connection (River's insert-only
-// clients), so it is built before the store that calls it.
-type Inserter struct {
-	pg   *river.Client[pgx.Tx]
-	lite *river.Client[*sql.Tx]
+// Inserter inserts jobs inside a store's own transaction, typed to the
+// driver's transaction (TTx: pgx.Tx or *sql.Tx). It holds no connection
+// (an insert-only River client), so it is built before the store that
+// calls it.
+type Inserter[TTx any] struct {
+	client *river.Client[TTx]
 }
 
-// NewInserter builds the inserter.
-func NewInserter() (*Inserter, error) {
-	quiet := slog.New(slog.DiscardHandler)
-	pg, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Logger: quiet})
+// PostgresInserter inserts jobs in PostgreSQL transactions.
+func PostgresInserter() (*Inserter[pgx.Tx], error) { return newInserter(riverpgxv5.New(nil)) }
+
+// SQLiteInserter inserts jobs in SQLite transactions.
+func SQLiteInserter() (*Inserter[*sql.Tx], error) { return newInserter(riversqlite.New(nil)) }
+
+func newInserter[TTx any](driver riverdriver.Driver[TTx]) (*Inserter[TTx], error) {
+	c, err := river.NewClient(driver, &river.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
-	lite, err := river.NewClient(riversqlite.New(nil), &river.Config{Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	return &Inserter{pg: pg, lite: lite}, nil
+	return &Inserter[TTx]{client: c}, nil
 }
 
-// Postgres inserts p's commit job in a PostgreSQL transaction.
-func (i *Inserter) Postgres(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error {
-	_, err := i.pg.InsertTx(ctx, tx, CommitArgs{PlanID: p.ID}, nil)
+// Commit inserts p's commit job in tx.
+func (i *Inserter[TTx]) Commit(ctx context.Context, tx TTx, p *airlock.Plan) error {
+	_, err := i.client.InsertTx(ctx, tx, CommitArgs{PlanID: p.ID}, nil)
 	return err
 }
 
-// PostgresNotice inserts p's notice job in a PostgreSQL transaction.
-func (i *Inserter) PostgresNotice(ctx context.Context, tx pgx.Tx, p *airlock.Plan) error {
-	_, err := i.pg.InsertTx(ctx, tx, NoticeArgs{PlanID: p.ID}, nil)
-	return err
-}
-
-// SQLiteNotice inserts p's notice job in a SQLite transaction.
-func (i *Inserter) SQLiteNotice(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error {
-	_, err := i.lite.InsertTx(ctx, tx, NoticeArgs{PlanID: p.ID}, nil)
-	return err
-}
-
-// SQLite inserts p's commit job in a SQLite transaction.
-func (i *Inserter) SQLite(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error {
-	_, err := i.lite.InsertTx(ctx, tx, CommitArgs{PlanID: p.ID}, nil)
+// Notice inserts p's notice job in tx.
+func (i *Inserter[TTx]) Notice(ctx context.Context, tx TTx, p *airlock.Plan) error {
+	_, err := i.client.InsertTx(ctx, tx, NoticeArgs{PlanID: p.ID}, nil)
 	return err
 }
 
@@ -241,9 +231,28 @@ func riverConfig(commits Committer, cfg *Config) *river.Config {
 	}
 }
 
-// MigratePostgres applies River's migrations on the store's pool.
-func MigratePostgres(ctx context.Context, pool *pgxpool.Pool) error {
-	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+// Queue is River on one store's database: PostgreSQL (River's pgx driver
+// on the store's pool) or SQLite (its database/sql driver on a pool of one
+// connection opened with the store's own settings, sqlite.Store.OpenDB(1),
+// which Stop closes).
+type Queue[TTx any] struct {
+	driver  riverdriver.Driver[TTx]
+	closeDB func() error
+}
+
+// Postgres is the queue on the store's pgx pool.
+func Postgres(pool *pgxpool.Pool) *Queue[pgx.Tx] {
+	return &Queue[pgx.Tx]{driver: riverpgxv5.New(pool)}
+}
+
+// SQLite is the queue on db; the worker's Stop closes db.
+func SQLite(db *sql.DB) *Queue[*sql.Tx] {
+	return &Queue[*sql.Tx]{driver: riversqlite.New(db), closeDB: db.Close}
+}
+
+// Migrate applies River's migrations.
+func (q *Queue[TTx]) Migrate(ctx context.Context) error {
+	m, err := rivermigrate.New(q.driver, nil)
 	if err != nil {
 		return err
 	}
@@ -253,41 +262,14 @@ func MigratePostgres(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// MigrateSQLite applies River's migrations on a SQLite pool (see
-// sqlite.Store.OpenDB).
-func MigrateSQLite(ctx context.Context, db *sql.DB) error {
-	m, err := rivermigrate.New(riversqlite.New(db), nil)
-	if err != nil {
-		return err
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return fmt.Errorf("riverqueue: migrating: %w", err)
-	}
-	return nil
-}
-
-// StartPostgres works commit jobs on the store's pgx pool.
-func StartPostgres(ctx context.Context, pool *pgxpool.Pool, commits Committer, cfg *Config) (*Worker, error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(commits, cfg))
+// Start works commit and notice jobs until the worker is stopped.
+func (q *Queue[TTx]) Start(ctx context.Context, commits Committer, cfg *Config) (*Worker, error) {
+	client, err := river.NewClient(q.driver, riverConfig(commits, cfg))
 	if err != nil {
 		return nil, err
 	}
 	if err := client.Start(ctx); err != nil {
 		return nil, err
 	}
-	return &Worker{stop: client.Stop}, nil
-}
-
-// StartSQLite works commit jobs on db, a pool of one connection opened with
-// the store's own settings (sqlite.Store.OpenDB(1), as River's SQLite
-// driver asks); Stop closes it.
-func StartSQLite(ctx context.Context, db *sql.DB, commits Committer, cfg *Config) (*Worker, error) {
-	client, err := river.NewClient(riversqlite.New(db), riverConfig(commits, cfg))
-	if err != nil {
-		return nil, err
-	}
-	if err := client.Start(ctx); err != nil {
-		return nil, err
-	}
-	return &Worker{stop: client.Stop, closeDB: db.Close}, nil
+	return &Worker{stop: client.Stop, closeDB: q.closeDB}, nil
 }
