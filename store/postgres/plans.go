@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 var _ airlock.PlanStore = (*Store)(nil)
@@ -50,38 +50,14 @@ func scanPlan(row pgx.Row) (*airlock.Plan, error) {
 	return &p, nil
 }
 
-// CreatePlan implements airlock.PlanStore.
+// CreatePlan implements airlock.PlanStore (store/rules.CreatePlan).
 func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan) (*airlock.Plan, bool, error) {
 	var (
 		out     *airlock.Plan
 		created bool
 	)
-	err := s.auditTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) ON CONFLICT (key) DO NOTHING`,
-			p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
-			p.DecisionHash, p.RunID, p.CreatedAt, p.UpdatedAt, p.ExpiresAt, p.DecidedBy, p.DecisionReason,
-			nullTime(p.DecidedAt), nullText(p.Result), p.Error)
-		if err != nil {
-			return err
-		}
-		created = tag.RowsAffected() == 1
-		if created {
-			if err := appendAudit(ctx, tx, airlock.PlanEvents(p)...); err != nil {
-				return err
-			}
-		}
-		if created && p.Status == airlock.PlanApproved && s.enqueue != nil {
-			if err := s.enqueue(ctx, tx, p); err != nil {
-				return err
-			}
-		}
-		if created && p.Status == airlock.PlanAwaitingApproval && s.notice != nil {
-			if err := s.notice(ctx, tx, p); err != nil {
-				return err
-			}
-		}
-		out, err = scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = $1`, p.Key))
+	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
+		out, created, err = rules.CreatePlan(ctx, s.planRows(tx), p)
 		return err
 	})
 	if err != nil {
@@ -156,76 +132,28 @@ func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 	return collect(rows, scanPlan)
 }
 
-// DecidePlan implements airlock.PlanStore.
+// DecidePlan implements airlock.PlanStore (store/rules.DecidePlan).
 func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision) (*airlock.Plan, error) {
 	var (
-		out  *airlock.Plan
-		fail error
+		out     *airlock.Plan
+		refused error
 	)
-	err := s.auditTx(ctx, func(tx pgx.Tx) error {
-		cur, err := scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1 FOR UPDATE`, d.ID))
-		if err != nil {
-			if errors.Is(err, airlock.ErrNotFound) {
-				fail = airlock.FieldErrorf(airlock.CodeNotFound, "id", "no plan with id %s", d.ID)
-				return nil
-			}
-			return err
-		}
-		next, problem := airlock.CheckDecision(cur, d)
-		if problem != nil || next == "" {
-			out, fail = cur, problem
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `UPDATE airlock_plans SET status = $2, decided_by = $3, decision_reason = $4, decided_at = $5, updated_at = $5
-			WHERE id = $1`, d.ID, string(next), d.By, d.Reason, d.Now); err != nil {
-			return err
-		}
-		cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
-		if err := appendAudit(ctx, tx, airlock.DecisionEvent(cur)); err != nil {
-			return err
-		}
-		if next == airlock.PlanApproved && s.enqueue != nil {
-			if err := s.enqueue(ctx, tx, cur); err != nil {
-				return err
-			}
-		}
-		out = cur
-		return nil
+	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
+		out, refused, err = rules.DecidePlan(ctx, s.planRows(tx), d)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out, fail
+	return out, refused
 }
 
-// ExpirePlans implements airlock.PlanStore.
+// ExpirePlans implements airlock.PlanStore (store/rules.ExpirePlans).
 func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error) {
 	var expired []*airlock.Plan
-	err := s.auditTx(ctx, func(tx pgx.Tx) error {
-		expired = nil
-		rows, err := tx.Query(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = $1
-			WHERE status = 'awaiting_approval' AND expires_at < $1 RETURNING `+planColumns, now)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			p, err := scanPlan(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, p := range expired {
-			if err := appendAudit(ctx, tx, airlock.StatusEvent(p, now)); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
+		expired, err = rules.ExpirePlans(ctx, s.planRows(tx), now)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -233,26 +161,14 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan
 	return expired, nil
 }
 
-// SetPlanStatus implements airlock.PlanStore.
+// SetPlanStatus implements airlock.PlanStore (store/rules.SetPlanStatus).
 func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.PlanStatus, status airlock.PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error) {
-	fromText := make([]string, len(from))
-	for i, f := range from {
-		fromText[i] = string(f)
-	}
-	ok := false
-	err := s.auditTx(ctx, func(tx pgx.Tx) error {
-		p, err := scanPlan(tx.QueryRow(ctx, `UPDATE airlock_plans SET status = $2, result = COALESCE($3, result), error = $4, updated_at = $5
-			WHERE id = $1 AND status = ANY($6) RETURNING `+planColumns, id, string(status), nullText(result), errText, now, fromText))
-		if errors.Is(err, airlock.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ok = true
-		return appendAudit(ctx, tx, airlock.StatusEvent(p, now))
+	var changed bool
+	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
+		changed, err = rules.SetPlanStatus(ctx, s.planRows(tx), &rules.StatusParams{ID: id, From: from, To: status, Result: result, Error: errText, At: now})
+		return err
 	})
-	return ok, err
+	return changed, err
 }
 
 // GetPlanByKey implements airlock.PlanStore.
@@ -279,24 +195,93 @@ func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error
 	return out, rows.Err()
 }
 
-// WithdrawPlan implements airlock.PlanStore.
+// WithdrawPlan implements airlock.PlanStore (store/rules.WithdrawPlan).
 func (s *Store) WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*airlock.Plan, bool, error) {
 	var (
 		out       *airlock.Plan
 		withdrawn bool
 	)
-	err := s.auditTx(ctx, func(tx pgx.Tx) error {
-		p, err := scanPlan(tx.QueryRow(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = $2, decision_reason = $3,
-			decided_at = $4, updated_at = $4 WHERE id = $1 AND status = 'awaiting_approval' RETURNING `+planColumns, id, by, reason, now))
-		if errors.Is(err, airlock.ErrNotFound) {
-			out, err = scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1`, id))
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		out, withdrawn = p, true
-		return appendAudit(ctx, tx, airlock.WithdrawnEvent(p, by, reason, now))
+	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
+		out, withdrawn, err = rules.WithdrawPlan(ctx, s.planRows(tx), &rules.WithdrawParams{ID: id, By: by, Reason: reason, At: now})
+		return err
 	})
 	return out, withdrawn, err
+}
+
+// planRows are the plan rules' row statements in a transaction that holds
+// the audit writers' lock.
+func (s *Store) planRows(tx pgx.Tx) rules.PlanRows { return &planRows{s: s, tx: tx} }
+
+type planRows struct {
+	s  *Store
+	tx pgx.Tx
+}
+
+func (r *planRows) InsertPlan(ctx context.Context, p *airlock.Plan) (bool, error) {
+	tag, err := r.tx.Exec(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) ON CONFLICT (key) DO NOTHING`,
+		p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
+		p.DecisionHash, p.RunID, p.CreatedAt, p.UpdatedAt, p.ExpiresAt, p.DecidedBy, p.DecisionReason,
+		nullTime(p.DecidedAt), nullText(p.Result), p.Error)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// PlanByID locks the plan's row: two replicas deciding it at once take
+// turns, and the second sees the first's decision.
+func (r *planRows) PlanByID(ctx context.Context, id string) (*airlock.Plan, error) {
+	return scanPlan(r.tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1 FOR UPDATE`, id))
+}
+
+func (r *planRows) PlanByKey(ctx context.Context, key string) (*airlock.Plan, error) {
+	return scanPlan(r.tx.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = $1`, key))
+}
+
+func (r *planRows) UpdatePlanDecision(ctx context.Context, p *rules.DecisionParams) error {
+	_, err := r.tx.Exec(ctx, `UPDATE airlock_plans SET status = $2, decided_by = $3, decision_reason = $4, decided_at = $5, updated_at = $5
+		WHERE id = $1`, p.ID, string(p.Status), p.By, p.Reason, p.At)
+	return err
+}
+
+func (r *planRows) ExpireAwaitingPlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error) {
+	rows, err := r.tx.Query(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = $1
+		WHERE status = 'awaiting_approval' AND expires_at < $1 RETURNING `+planColumns, now)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanPlan)
+}
+
+func (r *planRows) UpdatePlanStatus(ctx context.Context, p *rules.StatusParams) (*airlock.Plan, error) {
+	from := make([]string, len(p.From))
+	for i, f := range p.From {
+		from[i] = string(f)
+	}
+	return scanPlan(r.tx.QueryRow(ctx, `UPDATE airlock_plans SET status = $2, result = COALESCE($3, result), error = $4, updated_at = $5
+		WHERE id = $1 AND status = ANY($6) RETURNING `+planColumns, p.ID, string(p.To), nullText(p.Result), p.Error, p.At, from))
+}
+
+func (r *planRows) MarkPlanWithdrawn(ctx context.Context, p *rules.WithdrawParams) (*airlock.Plan, error) {
+	return scanPlan(r.tx.QueryRow(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = $2, decision_reason = $3,
+		decided_at = $4, updated_at = $4 WHERE id = $1 AND status = 'awaiting_approval' RETURNING `+planColumns, p.ID, p.By, p.Reason, p.At))
+}
+
+func (r *planRows) AppendAudit(ctx context.Context, events ...*airlock.AuditEvent) error {
+	return appendAudit(ctx, r.tx, events...)
+}
+
+func (r *planRows) EnqueueCommit(ctx context.Context, p *airlock.Plan) error {
+	if r.s.enqueue == nil {
+		return nil
+	}
+	return r.s.enqueue(ctx, r.tx, p)
+}
+
+func (r *planRows) EnqueueNotice(ctx context.Context, p *airlock.Plan) error {
+	if r.s.notice == nil {
+		return nil
+	}
+	return r.s.notice(ctx, r.tx, p)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 var _ airlock.PlanStore = (*Store)(nil)
@@ -45,39 +46,14 @@ func scanPlan(row scanner) (*airlock.Plan, error) {
 	return &p, nil
 }
 
-// CreatePlan implements airlock.PlanStore.
+// CreatePlan implements airlock.PlanStore (store/rules.CreatePlan).
 func (s *Store) CreatePlan(ctx context.Context, p *airlock.Plan) (*airlock.Plan, bool, error) {
 	var (
 		out     *airlock.Plan
 		created bool
 	)
-	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
-			p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
-			p.DecisionHash, p.RunID, micros(p.CreatedAt), micros(p.UpdatedAt), micros(p.ExpiresAt), p.DecidedBy, p.DecisionReason,
-			micros(p.DecidedAt), nullText(p.Result), p.Error)
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
-		created = n == 1
-		if created {
-			if err := appendAudit(ctx, tx, airlock.PlanEvents(p)...); err != nil {
-				return err
-			}
-		}
-		if created && p.Status == airlock.PlanApproved && s.enqueue != nil {
-			if err := s.enqueue(ctx, tx, p); err != nil {
-				return err
-			}
-		}
-		if created && p.Status == airlock.PlanAwaitingApproval && s.notice != nil {
-			if err := s.notice(ctx, tx, p); err != nil {
-				return err
-			}
-		}
-		out, err = scanPlan(tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = ?`, p.Key))
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
+		out, created, err = rules.CreatePlan(ctx, s.planRows(tx), p)
 		return err
 	})
 	if err != nil {
@@ -145,77 +121,28 @@ func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 	return collect(rows, scanPlan)
 }
 
-// DecidePlan implements airlock.PlanStore.
+// DecidePlan implements airlock.PlanStore (store/rules.DecidePlan).
 func (s *Store) DecidePlan(ctx context.Context, d *airlock.PlanDecision) (*airlock.Plan, error) {
 	var (
-		out  *airlock.Plan
-		fail error
+		out     *airlock.Plan
+		refused error
 	)
-	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := scanPlan(tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = ?`, d.ID))
-		if err != nil {
-			if errors.Is(err, airlock.ErrNotFound) {
-				fail = airlock.FieldErrorf(airlock.CodeNotFound, "id", "no plan with id %s", d.ID)
-				return nil
-			}
-			return err
-		}
-		next, problem := airlock.CheckDecision(cur, d)
-		if problem != nil || next == "" {
-			out, fail = cur, problem
-			return nil
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE airlock_plans SET status = ?, decided_by = ?, decision_reason = ?, decided_at = ?, updated_at = ?
-			WHERE id = ? AND status = 'awaiting_approval'`, string(next), d.By, d.Reason, micros(d.Now), micros(d.Now), d.ID)
-		if err != nil {
-			return err
-		}
-		cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
-		if err := appendAudit(ctx, tx, airlock.DecisionEvent(cur)); err != nil {
-			return err
-		}
-		if next == airlock.PlanApproved && s.enqueue != nil {
-			if err := s.enqueue(ctx, tx, cur); err != nil {
-				return err
-			}
-		}
-		out = cur
-		return nil
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
+		out, refused, err = rules.DecidePlan(ctx, s.planRows(tx), d)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out, fail
+	return out, refused
 }
 
-// ExpirePlans implements airlock.PlanStore.
+// ExpirePlans implements airlock.PlanStore (store/rules.ExpirePlans).
 func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error) {
 	var expired []*airlock.Plan
-	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		expired = nil
-		rows, err := tx.QueryContext(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = ?
-			WHERE status = 'awaiting_approval' AND expires_at < ? RETURNING `+planColumns, micros(now), micros(now))
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			p, err := scanPlan(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, p := range expired {
-			if err := appendAudit(ctx, tx, airlock.StatusEvent(p, now)); err != nil {
-				return err
-			}
-		}
-		return nil
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
+		expired, err = rules.ExpirePlans(ctx, s.planRows(tx), now)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -223,27 +150,14 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan
 	return expired, nil
 }
 
-// SetPlanStatus implements airlock.PlanStore.
+// SetPlanStatus implements airlock.PlanStore (store/rules.SetPlanStatus).
 func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.PlanStatus, status airlock.PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error) {
-	var n int64
-	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		q := `UPDATE airlock_plans SET status = ?, result = COALESCE(?, result), error = ?, updated_at = ? WHERE id = ? AND status IN (` +
-			strings.TrimSuffix(strings.Repeat("?,", len(from)), ",") + `) RETURNING ` + planColumns
-		args := []any{string(status), nullText(result), errText, micros(now), id}
-		for _, f := range from {
-			args = append(args, string(f))
-		}
-		p, err := scanPlan(tx.QueryRowContext(ctx, q, args...))
-		if errors.Is(err, airlock.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		n = 1
-		return appendAudit(ctx, tx, airlock.StatusEvent(p, now))
+	var changed bool
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
+		changed, err = rules.SetPlanStatus(ctx, s.planRows(tx), &rules.StatusParams{ID: id, From: from, To: status, Result: result, Error: errText, At: now})
+		return err
 	})
-	return n == 1, err
+	return changed, err
 }
 
 // GetPlanByKey implements airlock.PlanStore.
@@ -276,25 +190,94 @@ func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error
 	return out, rows.Err()
 }
 
-// WithdrawPlan implements airlock.PlanStore.
+// WithdrawPlan implements airlock.PlanStore (store/rules.WithdrawPlan).
 func (s *Store) WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*airlock.Plan, bool, error) {
 	var (
 		out       *airlock.Plan
 		withdrawn bool
 	)
-	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		p, err := scanPlan(tx.QueryRowContext(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = ?, decision_reason = ?,
-			decided_at = ?, updated_at = ? WHERE id = ? AND status = 'awaiting_approval' RETURNING `+planColumns,
-			by, reason, micros(now), micros(now), id))
-		if errors.Is(err, airlock.ErrNotFound) {
-			out, err = scanPlan(tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = ?`, id))
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		out, withdrawn = p, true
-		return appendAudit(ctx, tx, airlock.WithdrawnEvent(p, by, reason, now))
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
+		out, withdrawn, err = rules.WithdrawPlan(ctx, s.planRows(tx), &rules.WithdrawParams{ID: id, By: by, Reason: reason, At: now})
+		return err
 	})
 	return out, withdrawn, err
+}
+
+// planRows are the plan rules' row statements in a transaction of the
+// writer.
+func (s *Store) planRows(tx *sql.Tx) rules.PlanRows { return &planRows{s: s, tx: tx} }
+
+type planRows struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+func (r *planRows) InsertPlan(ctx context.Context, p *airlock.Plan) (bool, error) {
+	res, err := r.tx.ExecContext(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+		p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
+		p.DecisionHash, p.RunID, micros(p.CreatedAt), micros(p.UpdatedAt), micros(p.ExpiresAt), p.DecidedBy, p.DecisionReason,
+		micros(p.DecidedAt), nullText(p.Result), p.Error)
+	if err != nil {
+		return false, err
+	}
+	return rowsAffected(res) == 1, nil
+}
+
+// PlanByID needs no lock: the writer is the only one.
+func (r *planRows) PlanByID(ctx context.Context, id string) (*airlock.Plan, error) {
+	return scanPlan(r.tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = ?`, id))
+}
+
+func (r *planRows) PlanByKey(ctx context.Context, key string) (*airlock.Plan, error) {
+	return scanPlan(r.tx.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE key = ?`, key))
+}
+
+func (r *planRows) UpdatePlanDecision(ctx context.Context, p *rules.DecisionParams) error {
+	_, err := r.tx.ExecContext(ctx, `UPDATE airlock_plans SET status = ?, decided_by = ?, decision_reason = ?, decided_at = ?, updated_at = ?
+		WHERE id = ? AND status = 'awaiting_approval'`, string(p.Status), p.By, p.Reason, micros(p.At), micros(p.At), p.ID)
+	return err
+}
+
+func (r *planRows) ExpireAwaitingPlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error) {
+	rows, err := r.tx.QueryContext(ctx, `UPDATE airlock_plans SET status = 'expired', updated_at = ?
+		WHERE status = 'awaiting_approval' AND expires_at < ? RETURNING `+planColumns, micros(now), micros(now))
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanPlan)
+}
+
+func (r *planRows) UpdatePlanStatus(ctx context.Context, p *rules.StatusParams) (*airlock.Plan, error) {
+	q := `UPDATE airlock_plans SET status = ?, result = COALESCE(?, result), error = ?, updated_at = ? WHERE id = ? AND status IN (` +
+		strings.TrimSuffix(strings.Repeat("?,", len(p.From)), ",") + `) RETURNING ` + planColumns
+	args := []any{string(p.To), nullText(p.Result), p.Error, micros(p.At), p.ID}
+	for _, f := range p.From {
+		args = append(args, string(f))
+	}
+	return scanPlan(r.tx.QueryRowContext(ctx, q, args...))
+}
+
+func (r *planRows) MarkPlanWithdrawn(ctx context.Context, p *rules.WithdrawParams) (*airlock.Plan, error) {
+	return scanPlan(r.tx.QueryRowContext(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = ?, decision_reason = ?,
+		decided_at = ?, updated_at = ? WHERE id = ? AND status = 'awaiting_approval' RETURNING `+planColumns,
+		p.By, p.Reason, micros(p.At), micros(p.At), p.ID))
+}
+
+func (r *planRows) AppendAudit(ctx context.Context, events ...*airlock.AuditEvent) error {
+	return appendAudit(ctx, r.tx, events...)
+}
+
+func (r *planRows) EnqueueCommit(ctx context.Context, p *airlock.Plan) error {
+	if r.s.enqueue == nil {
+		return nil
+	}
+	return r.s.enqueue(ctx, r.tx, p)
+}
+
+func (r *planRows) EnqueueNotice(ctx context.Context, p *airlock.Plan) error {
+	if r.s.notice == nil {
+		return nil
+	}
+	return r.s.notice(ctx, r.tx, p)
 }
