@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 var _ airlock.Store = (*Store)(nil)
@@ -238,42 +239,52 @@ func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil
 
 // Settle implements airlock.Store.
 func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Record, error) {
-	var rec *airlock.Record
-	err := s.auditTx(ctx, func(tx pgx.Tx) error {
-		cur, err := scanRecord(tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = $1 FOR UPDATE`, st.Key))
-		if errors.Is(err, airlock.ErrNotFound) {
-			return airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", st.Key)
-		}
-		if err != nil {
-			return err
-		}
-		if cur.State != airlock.StateInDoubt {
-			return airlock.Errorf(airlock.CodeConflict, "record %s is %s, not in_doubt; only in-doubt records are settled", st.Key, cur.State)
-		}
-		if !st.Happened {
-			if _, err := tx.Exec(ctx, `DELETE FROM airlock_records WHERE key = $1`, st.Key); err != nil {
-				return err
-			}
-			cur.State, cur.Note = airlock.StateReleased, st.Note
-			rec = cur
-		} else {
-			rec, err = scanRecord(tx.QueryRow(ctx, `UPDATE airlock_records SET state = 'succeeded', result = $2, note = $3, updated_at = $4
-				WHERE key = $1 RETURNING `+recordColumns, st.Key, nullText(st.Result), st.Note, st.Now))
-			if err != nil {
-				return err
-			}
-		}
-		if err := appendAudit(ctx, tx, &airlock.AuditEvent{At: st.Now, Kind: airlock.EventSettled, RunID: cur.RunID, Key: st.Key,
-			Tool: cur.Tool, Result: st.Result, Error: airlock.SettleNote(st), Actor: airlock.ActorOr(st.Actor)}); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify('`+channel+`', $1)`, st.Key)
+	var (
+		rec     *airlock.Record
+		refused error
+	)
+	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
+		rec, refused, err = rules.Settle(ctx, &recordRows{tx: tx}, st)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	if refused != nil {
+		return nil, refused
+	}
 	return rec, nil
+}
+
+// recordRows are the record rules' row statements in a transaction that
+// holds the audit writers' lock (store/rules.RecordRows).
+type recordRows struct{ tx pgx.Tx }
+
+// RecordByKey locks the record's row: a settlement and the reaper on
+// another replica take turns.
+func (r *recordRows) RecordByKey(ctx context.Context, key string) (*airlock.Record, error) {
+	return scanRecord(r.tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = $1 FOR UPDATE`, key))
+}
+
+func (r *recordRows) DeleteInDoubt(ctx context.Context, key string) error {
+	_, err := r.tx.Exec(ctx, `DELETE FROM airlock_records WHERE key = $1 AND state = 'in_doubt'`, key)
+	return err
+}
+
+func (r *recordRows) MarkHappened(ctx context.Context, p *rules.HappenedParams) (*airlock.Record, error) {
+	return scanRecord(r.tx.QueryRow(ctx, `UPDATE airlock_records SET state = 'succeeded', result = $2, note = $3, updated_at = $4
+		WHERE key = $1 AND state = 'in_doubt' RETURNING `+recordColumns, p.Key, nullText(p.Result), p.Note, p.At))
+}
+
+func (r *recordRows) AppendAudit(ctx context.Context, events ...*airlock.AuditEvent) error {
+	return appendAudit(ctx, r.tx, events...)
+}
+
+// NotifyRecord sends the key on the records' channel; PostgreSQL delivers
+// it to every replica when the transaction commits.
+func (r *recordRows) NotifyRecord(ctx context.Context, key string) error {
+	_, err := r.tx.Exec(ctx, `SELECT pg_notify('`+channel+`', $1)`, key)
+	return err
 }
 
 // Purge implements airlock.Store.

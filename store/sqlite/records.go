@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 var _ airlock.Store = (*Store)(nil)
@@ -255,47 +256,48 @@ func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil
 // Settle implements airlock.Store.
 func (s *Store) Settle(ctx context.Context, st *airlock.Settlement) (*airlock.Record, error) {
 	var (
-		rec  *airlock.Record
-		fail error
+		rec     *airlock.Record
+		refused error
 	)
-	err := s.do(ctx, st.Key, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := scanRecord(tx.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = ?`, st.Key))
-		if errors.Is(err, airlock.ErrNotFound) {
-			fail = airlock.FieldErrorf(airlock.CodeNotFound, "key", "no record with key %s", st.Key)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if cur.State != airlock.StateInDoubt {
-			fail = airlock.Errorf(airlock.CodeConflict, "record %s is %s, not in_doubt; only in-doubt records are settled", st.Key, cur.State)
-			return nil
-		}
-		ev := &airlock.AuditEvent{At: st.Now, Kind: airlock.EventSettled, RunID: cur.RunID, Key: st.Key, Tool: cur.Tool,
-			Result: st.Result, Error: airlock.SettleNote(st), Actor: airlock.ActorOr(st.Actor)}
-		if !st.Happened {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND state = 'in_doubt'`, st.Key); err != nil {
-				return err
-			}
-			cur.State, cur.Note = airlock.StateReleased, st.Note
-			rec = cur
-			return appendAudit(ctx, tx, ev)
-		}
-		rec, err = scanRecord(tx.QueryRowContext(ctx, `UPDATE airlock_records SET state = 'succeeded', result = ?, note = ?, updated_at = ?
-			WHERE key = ? AND state = 'in_doubt' RETURNING `+recordColumns, nullText(st.Result), st.Note, micros(st.Now), st.Key))
-		if err != nil {
-			return err
-		}
-		return appendAudit(ctx, tx, ev)
+	// The key given to the writer wakes this process's waiters on commit.
+	err := s.do(ctx, st.Key, func(ctx context.Context, tx *sql.Tx) (err error) {
+		rec, refused, err = rules.Settle(ctx, &recordRows{tx: tx}, st)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if fail != nil {
-		return nil, fail
+	if refused != nil {
+		return nil, refused
 	}
 	return rec, nil
 }
+
+// recordRows are the record rules' row statements in a transaction of the
+// writer (store/rules.RecordRows).
+type recordRows struct{ tx *sql.Tx }
+
+func (r *recordRows) RecordByKey(ctx context.Context, key string) (*airlock.Record, error) {
+	return scanRecord(r.tx.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM airlock_records WHERE key = ?`, key))
+}
+
+func (r *recordRows) DeleteInDoubt(ctx context.Context, key string) error {
+	_, err := r.tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key = ? AND state = 'in_doubt'`, key)
+	return err
+}
+
+func (r *recordRows) MarkHappened(ctx context.Context, p *rules.HappenedParams) (*airlock.Record, error) {
+	return scanRecord(r.tx.QueryRowContext(ctx, `UPDATE airlock_records SET state = 'succeeded', result = ?, note = ?, updated_at = ?
+		WHERE key = ? AND state = 'in_doubt' RETURNING `+recordColumns, nullText(p.Result), p.Note, micros(p.At), p.Key))
+}
+
+func (r *recordRows) AppendAudit(ctx context.Context, events ...*airlock.AuditEvent) error {
+	return appendAudit(ctx, r.tx, events...)
+}
+
+// NotifyRecord is the writer's: it publishes the key it was given after
+// the commit. SQLite cannot tell other processes; they poll.
+func (r *recordRows) NotifyRecord(context.Context, string) error { return nil }
 
 // Purge implements airlock.Store.
 func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
