@@ -3,8 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,60 +70,16 @@ func (s *Store) GetPlan(ctx context.Context, id string) (*airlock.Plan, error) {
 	return scanPlan(s.pool.QueryRow(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = $1`, id))
 }
 
-// ListPlans implements airlock.PlanStore.
+// placeholders are PostgreSQL's: $n and times as they are.
+var placeholders = rules.Placeholders{Mark: func(n int) string { return "$" + strconv.Itoa(n) }, Time: func(t time.Time) any { return t }}
+
+// ListPlans implements airlock.PlanStore (store/rules.PlanList).
 func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	var where []string
-	var args []any
-	add := func(cond string, v ...any) {
-		n := make([]any, len(v))
-		for i := range v {
-			n[i] = len(args) + i + 1
-		}
-		args = append(args, v...)
-		where = append(where, fmt.Sprintf(cond, n...))
-	}
-	if f.Status != "" {
-		add("status = $%d", string(f.Status))
-	}
-	if f.Decided {
-		add("status <> 'awaiting_approval'")
-	}
-	if f.Tool != "" {
-		add("tool = $%d", f.Tool)
-	}
-	if f.RunID != "" {
-		add("run_id = $%d", f.RunID)
-	}
-	if f.DecidedBy != "" {
-		add("decided_by = $%d", f.DecidedBy)
-	}
-	if !f.Since.IsZero() {
-		add("created_at >= $%d", f.Since)
-	}
-	if !f.Until.IsZero() {
-		add("created_at < $%d", f.Until)
-	}
-	order := "ORDER BY created_at, id"
-	if f.After != "" {
-		at, id, _ := airlock.ParsePlanCursor(f.After)
-		if f.Newest {
-			add("(created_at, id) < ($%d, $%d)", at, id)
-		} else {
-			add("(created_at, id) > ($%d, $%d)", at, id)
-		}
-	}
-	if f.Newest {
-		order = "ORDER BY created_at DESC, id DESC"
-	}
-	q := `SELECT ` + planColumns + ` FROM airlock_plans`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	args = append(args, f.LimitOr())
-	q += fmt.Sprintf(" %s LIMIT $%d", order, len(args))
+	clause, args := rules.PlanList(&f, placeholders)
+	q := `SELECT ` + planColumns + ` FROM airlock_plans` + clause
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -67,53 +67,16 @@ func (s *Store) GetPlan(ctx context.Context, id string) (*airlock.Plan, error) {
 	return scanPlan(s.read.QueryRowContext(ctx, `SELECT `+planColumns+` FROM airlock_plans WHERE id = ?`, id))
 }
 
-// ListPlans implements airlock.PlanStore.
+// placeholders are SQLite's: ? and times as Unix microseconds.
+var placeholders = rules.Placeholders{Mark: func(int) string { return "?" }, Time: func(t time.Time) any { return micros(t) }}
+
+// ListPlans implements airlock.PlanStore (store/rules.PlanList).
 func (s *Store) ListPlans(ctx context.Context, f airlock.PlanFilter) ([]*airlock.Plan, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	var where []string
-	var args []any
-	add := func(cond string, v ...any) { where, args = append(where, cond), append(args, v...) }
-	if f.Status != "" {
-		add("status = ?", string(f.Status))
-	}
-	if f.Decided {
-		add("status <> 'awaiting_approval'")
-	}
-	if f.Tool != "" {
-		add("tool = ?", f.Tool)
-	}
-	if f.RunID != "" {
-		add("run_id = ?", f.RunID)
-	}
-	if f.DecidedBy != "" {
-		add("decided_by = ?", f.DecidedBy)
-	}
-	if !f.Since.IsZero() {
-		add("created_at >= ?", micros(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("created_at < ?", micros(f.Until))
-	}
-	order := "ORDER BY created_at, id"
-	if f.After != "" {
-		at, id, _ := airlock.ParsePlanCursor(f.After)
-		if f.Newest {
-			add("(created_at, id) < (?, ?)", micros(at), id)
-		} else {
-			add("(created_at, id) > (?, ?)", micros(at), id)
-		}
-	}
-	if f.Newest {
-		order = "ORDER BY created_at DESC, id DESC"
-	}
-	q := `SELECT ` + planColumns + ` FROM airlock_plans`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " " + order + " LIMIT ?"
-	args = append(args, f.LimitOr())
+	clause, args := rules.PlanList(&f, placeholders)
+	q := `SELECT ` + planColumns + ` FROM airlock_plans` + clause
 	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
