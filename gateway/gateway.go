@@ -143,6 +143,7 @@ type Gateway struct {
 	store       Store
 	callers     map[string]upstream.Caller // by tool name
 	schemas     map[string]*argsSchema
+	routes      map[string]*route // every name an agent may call
 	tokens      []Token
 	issued      *jwt.Verifier
 	maxBody     int64
@@ -225,6 +226,7 @@ func New(cfg Config) (*Gateway, error) {
 		ups[n] = c
 	}
 	g.pass = newPassThrough(g.m, ups, g.log.Warn)
+	g.buildRoutes()
 	version := cfg.Version
 	if version == "" {
 		version = "dev"
@@ -290,7 +292,8 @@ func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 	} else if req.TraceParent != "" {
 		ctx = withPassedTrace(ctx, req.TraceParent, req.TraceState)
 	}
-	a, err := g.call(ctx, req)
+	r := g.routes[req.Tool]
+	a, err := g.call(ctx, r, req)
 	if span != nil {
 		if a != nil {
 			span.Set(airlock.Attr{Key: airlock.AttrStatus, Value: string(a.Status)}, airlock.Attr{Key: airlock.AttrRepeat, Value: a.Repeat})
@@ -301,7 +304,7 @@ func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		span.End(err)
 	}
 	if g.metrics != nil {
-		g.observe(req, a, err)
+		g.observe(r, req, a, err)
 	}
 	return a, err
 }
@@ -329,12 +332,14 @@ func withPassedTrace(ctx context.Context, parent, state string) context.Context 
 
 // observe feeds the metrics: the call's outcome, repeats, plans, and the
 // run's count of side-effecting calls at each new one.
-func (g *Gateway) observe(req *CallRequest, a *airlock.Answer, err error) {
+func (g *Gateway) observe(r *route, req *CallRequest, a *airlock.Answer, err error) {
 	kind := airlock.ToolKind("unknown")
 	name := req.Tool
-	if t := g.m.Tool(req.Tool); t != nil {
+	if r != nil {
+		name, kind = r.metricName, r.metricKind
+	} else if t := g.m.Tool(req.Tool); t != nil { // an irreversible tool called by name
 		kind = t.Kind
-	} else if base, ok := strings.CutPrefix(req.Tool, PlanPrefix); ok && g.m.Tool(base) != nil {
+	} else if base, ok := strings.CutPrefix(req.Tool, PlanPrefix); ok && g.m.Tool(base) != nil { // plans are off
 		name, kind = base, airlock.KindIrreversible
 	} else if req.Tool == PlanStatusTool {
 		kind = airlock.KindRead
@@ -351,38 +356,30 @@ func (g *Gateway) observe(req *CallRequest, a *airlock.Answer, err error) {
 	}
 }
 
-func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
-	if g.plans != nil {
-		if req.Tool == PlanStatusTool {
-			return g.planStatus(ctx, req.Args)
-		}
-		if name, ok := strings.CutPrefix(req.Tool, PlanPrefix); ok {
-			if t := g.m.Tool(name); t != nil && t.Kind == airlock.KindIrreversible {
-				return g.propose(ctx, t, req)
-			}
-		}
-	}
-	tool := g.m.Tool(req.Tool)
-	if tool == nil {
+func (g *Gateway) call(ctx context.Context, r *route, req *CallRequest) (*airlock.Answer, error) {
+	if r == nil {
 		if t := g.irreversibleNamed(req.Tool); t != nil {
 			return nil, g.refuseIrreversible(t)
 		}
 		return nil, airlock.FieldErrorf(airlock.CodeUnknownTool, "tool", "no tool named %q; the tools are: %s", req.Tool, strings.Join(g.callableNames(), ", "))
 	}
-	if tool.Kind == airlock.KindIrreversible {
-		return nil, g.refuseIrreversible(tool)
+	switch r.kind {
+	case routePlanStatus:
+		return g.planStatus(ctx, req.Args)
+	case routePlan:
+		return g.propose(ctx, r, req)
 	}
-	caller, ok := g.callers[tool.Name]
-	if !ok {
+	tool, caller := r.tool, r.caller
+	if caller == nil {
 		return nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool", "tool %s has no upstream configured; nothing was executed", tool.Name)
 	}
-	args, err := g.parseArgs(tool, req.Args)
+	args, err := g.parseArgs(r, req.Args)
 	if err != nil {
 		return nil, err
 	}
 	canon := args.JSON()
 
-	if tool.Kind == airlock.KindRead {
+	if r.kind == routeRead {
 		ctx, cancel := context.WithTimeout(ctx, tool.TimeoutOr())
 		defer cancel()
 		tp, ts := g.traceOf(ctx)
@@ -416,12 +413,12 @@ func (g *Gateway) call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 // parseArgs is the edge where a call's arguments are parsed, once, and
 // checked against the tool's input schema; the one value travels down to
 // the guard or the plan service and on to the upstream as it is.
-func (g *Gateway) parseArgs(tool *airlock.Tool, raw json.RawMessage) (*airlock.Args, error) {
+func (g *Gateway) parseArgs(r *route, raw json.RawMessage) (*airlock.Args, error) {
 	args, err := airlock.NewArgs(raw)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.schemas[tool.Name].validate(args); err != nil {
+	if err := r.schema.validate(args); err != nil {
 		return nil, err
 	}
 	return args, nil

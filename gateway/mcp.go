@@ -162,6 +162,7 @@ func describeForModel(t *airlock.Tool) string {
 }
 
 func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
+	r := g.routes[name]
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		// The HTTP layer authenticated this request, and bound its session
 		// to the principal (guardSession); name the actor. A request outside
@@ -224,7 +225,7 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 			defer relay.end()
 			creq.Progress = relay.send
 		}
-		if t := g.m.Tool(name); req.Session != nil && !stateless && t != nil && t.Kind == airlock.KindRead {
+		if req.Session != nil && !stateless && r.kind == routeRead {
 			// Only reads relay an upstream's messages to their agent, and
 			// only in a session (a 2026-07-28 request has none: an
 			// upstream's questions reach it as inputRequests).
@@ -248,15 +249,15 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		if slot := slotFrom(ctx); slot != nil {
 			slot.answer, slot.principal, slot.tool = a, actor, name
 		}
-		return g.toolResult(name, a), nil
+		return g.toolResult(r, a), nil
 	}
 }
 
 // toolResult is an answer as an MCP tool result: the result of a call, or
 // of a task once it completed (the same first result a repeat gets).
-func (g *Gateway) toolResult(name string, a *airlock.Answer) *mcp.CallToolResult {
+func (g *Gateway) toolResult(r *route, a *airlock.Answer) *mcp.CallToolResult {
 	if up := upstreamResult(a); up != nil {
-		if t := g.m.Tool(name); t != nil && t.Kind == airlock.KindRead {
+		if r != nil && r.kind == routeRead {
 			// A read passes through as the MCP upstream gave it.
 			return up
 		}

@@ -48,8 +48,9 @@ const (
 	messageExpired  = "Nobody approved this plan in time; it will not be done."
 )
 
-func (g *Gateway) propose(ctx context.Context, t *airlock.Tool, req *CallRequest) (*airlock.Answer, error) {
-	args, err := g.parseArgs(t, req.Args)
+func (g *Gateway) propose(ctx context.Context, r *route, req *CallRequest) (*airlock.Answer, error) {
+	t := r.tool
+	args, err := g.parseArgs(r, req.Args)
 	if err != nil {
 		return nil, err
 	}

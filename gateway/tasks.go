@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -116,12 +115,8 @@ func slotFrom(ctx context.Context) *callSlot {
 // taskable says whether a tool called by this name may become a task:
 // writes and plan_T.
 func (g *Gateway) taskable(name string) bool {
-	if strings.HasPrefix(name, PlanPrefix) && g.plans != nil {
-		t := g.m.Tool(strings.TrimPrefix(name, PlanPrefix))
-		return t != nil && t.Kind == airlock.KindIrreversible
-	}
-	t := g.m.Tool(name)
-	return t != nil && t.Kind == airlock.KindWrite
+	r := g.routes[name]
+	return r != nil && r.taskable()
 }
 
 // unfinished says whether an answer's work is still to end: a call under
@@ -238,7 +233,7 @@ func (g *Gateway) viewTask(ctx context.Context, t *airlock.Task) (*taskView, err
 		case airlock.PlanInDoubt:
 			v.status, v.message = taskWorking, airlock.MessageInDoubt
 		default:
-			v.status, v.result = taskCompleted, g.toolResult(PlanPrefix+t.Tool, a)
+			v.status, v.result = taskCompleted, g.toolResult(g.routes[PlanPrefix+t.Tool], a)
 		}
 		return v, nil
 	}
@@ -256,7 +251,7 @@ func (g *Gateway) viewTask(ctx context.Context, t *airlock.Task) (*taskView, err
 	v.updated = rec.UpdatedAt
 	a := airlock.AnswerFor(rec, t.Repeat)
 	if rec.State.Final() {
-		v.status, v.result = taskCompleted, g.toolResult(t.Tool, a)
+		v.status, v.result = taskCompleted, g.toolResult(g.routes[t.Tool], a)
 	} else {
 		v.status, v.message = taskWorking, taskMessageRunning
 		if rec.State == airlock.StateInDoubt {
