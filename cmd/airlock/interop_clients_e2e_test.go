@@ -78,6 +78,33 @@ func mcpgoDrivers(t *testing.T) []interopDriver {
 	return out
 }
 
+var (
+	gosdkOnce  sync.Once
+	gosdkBuilt string
+	gosdkErr   error
+)
+
+// gosdkDriver builds interop/gosdk: the official Go SDK, at the version
+// airlock itself pins.
+func gosdkDriver(t *testing.T) interopDriver {
+	t.Helper()
+	gosdkOnce.Do(func() {
+		exe := filepath.Join(os.TempDir(), "airlock-interop-gosdk")
+		cmd := exec.Command("go", "build", "-o", exe, "./interop/gosdk")
+		cmd.Dir = "../.."
+		if b, err := cmd.CombinedOutput(); err != nil {
+			gosdkErr = fmt.Errorf("building interop/gosdk: %w\n%s", err, b)
+			return
+		}
+		gosdkBuilt = exe
+	})
+	if gosdkErr != nil {
+		t.Fatal(gosdkErr)
+	}
+	exe := gosdkBuilt
+	return interopDriver{"go-sdk v1.8.0", func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }}
+}
+
 // nodeDrivers are the Node client libraries interop/node/drive.mjs drives,
 // installed (with Node 22) in AIRLOCK_TEST_MCP_INTEROP by .ci/run; none
 // when it is not set, unless AIRLOCK_TEST_REQUIRE_INTEROP asks for them.
@@ -127,7 +154,7 @@ func TestE2EInteropClients(t *testing.T) {
 	payments := startPayments(t)
 	config := e2eManifest(t, payments.url(), "", "", "")
 	srv := serve(t, config, "sqlite:"+filepath.Join(t.TempDir(), "airlock.db"))
-	drivers := append(mcpgoDrivers(t), nodeDrivers(t)...)
+	drivers := append(append(mcpgoDrivers(t), gosdkDriver(t)), nodeDrivers(t)...)
 	for i, d := range drivers {
 		for _, transport := range []string{"http", "stdio"} {
 			record := fmt.Sprintf("WD-INTEROP-%d-%s", i, strings.ToUpper(transport))
