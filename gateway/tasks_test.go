@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,9 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
-	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/plan"
-	"github.com/airlockhq/airlock/store/sqlite"
 	"github.com/airlockhq/airlock/upstream"
 )
 
@@ -80,33 +77,16 @@ func setupTasks(t *testing.T) *tasksSetup {
 	ok := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"paid":true}`)}
 	})
-	m, err := manifest.Parse([]byte(tasksManifest), "tasks.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	guard := airlock.NewGuard(s, nil)
-	t.Cleanup(guard.Close)
-	ts.plans, err = plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: func(*airlock.Tool) (upstream.Caller, bool) { return ok, true }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: s, Plans: ts.plans,
-		Funcs: map[string]upstream.Caller{"lookup": ok, "slow": slow, "pay": ok},
-		Tokens: []gateway.Token{
-			{Name: "agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken(frontToken)},
-			{Name: "other-agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken("other-token")},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := frontGatewayWith(t, tasksManifest, map[string]upstream.Caller{"lookup": ok, "slow": slow, "pay": ok}, func(c *gateway.Config) {
+		var err error
+		ts.plans, err = plan.New(plan.Config{Manifest: c.Manifest, Store: c.Store.(airlock.PlanStore), Guard: c.Guard,
+			Callers: func(*airlock.Tool) (upstream.Caller, bool) { return ok, true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Plans = ts.plans
+		c.Tokens = append(c.Tokens, gateway.Token{Name: "other-agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken("other-token")})
+	})
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
 	t.Cleanup(g.CloseSessions)
