@@ -102,7 +102,7 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 			switch method {
 			case "tools/call":
 				ctr, ok := req.(*mcp.CallToolRequest)
-				if ok && ctr.Params != nil {
+				if ok && ctr.Params != nil && g.routes[ctr.Params.Name] == nil {
 					if t := g.irreversibleNamed(ctr.Params.Name); t != nil {
 						e := asError(g.refuseIrreversible(t))
 						return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: e.Message}}, StructuredContent: errorBody{e}}, nil

@@ -36,11 +36,11 @@ func cmdBench(e *env, args []string) int {
 	compareAudit := fs.Bool("compare-audit", false, "also run the workload without audit events and metrics, and report the cost of having them")
 	rounds := fs.Int("rounds", 1, "--compare-tracing: rounds of off, on, on, off; the cost is the median of the rounds' (1 to 20)")
 	compareTracing := fs.Bool("compare-tracing", false, "run the --through path (default http) with OpenTelemetry tracing off and on (every span sampled, OTLP/HTTP to a collector on loopback), and report the cost")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with --through, of the named path's run only, not of the paths it is held against)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	if *cpuProfile != "" {
+	if *cpuProfile != "" && *through == "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
 			return fail(e, "--cpuprofile: %v", err)
@@ -69,7 +69,7 @@ func cmdBench(e *env, args []string) int {
 		return benchCompareTracing(e, *db, cfg, *through, *rounds)
 	}
 	if *through != "" {
-		return benchThrough(e, *db, cfg, *through)
+		return benchThrough(e, *db, cfg, *through, *cpuProfile)
 	}
 	s, err := store.OpenMigrated(e.ctx, *db)
 	if err != nil {
@@ -132,7 +132,7 @@ func ratio(a, b float64) *float64 {
 	return &r
 }
 
-func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
+func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile string) int {
 	th, err := bench.StartThrough(e.ctx, dsn, &bench.ThroughConfig{Sessions: cfg.Concurrency})
 	if err != nil {
 		return fail(e, "%v", err)
@@ -173,7 +173,21 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string) int {
 			return fail(e, "%v", err)
 		}
 	}
+	stop := func() {}
+	if cpuProfile != "" {
+		// Only the named path's run: the others are its yardsticks.
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fail(e, "--cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(e, "--cpuprofile: %v", err)
+		}
+		stop = pprof.StopCPUProfile
+	}
 	res, err := measure(path)
+	stop()
 	if err != nil {
 		return fail(e, "%v", err)
 	}

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Whose code spent a CPU profile's time: airlock's own, the MCP SDK's, the
+database driver's, net/http's, encoding/json's, the benchmark's, or the Go
+runtime's (garbage collection and scheduling nobody's frame is on).
+
+Each sample goes to the first frame from the leaf up that belongs to one of
+those owners, so runtime work a function causes directly (allocation, map
+access) counts as that function's owner's, and time a package spends inside
+another's (the SDK calling encoding/json) as the innermost one's.
+
+Usage: go tool pprof -traces BINARY PROFILE > traces.txt
+       scripts/cpu-owners.py traces.txt
+  e.g. airlock bench --through mcp --cpuprofile mcp.prof … (the profile of the
+       named path's run only), then the two commands above.
+"""
+import re
+import sys
+
+OWNERS = [
+    ("github.com/airlockhq/airlock/internal/bench", "the benchmark (its client side and upstream)"),
+    ("github.com/airlockhq/airlock", "airlock"),
+    ("github.com/modelcontextprotocol/go-sdk", "the MCP SDK"),
+    ("modernc.org/", "the database driver"),
+    ("github.com/jackc/", "the database driver"),
+    ("database/sql", "the database driver"),
+    ("net/http", "net/http"),
+    ("net.", "net/http"),
+    ("encoding/json", "encoding/json"),
+    ("github.com/segmentio/", "encoding/json"),
+]
+UNOWNED = "the Go runtime (GC, scheduler)"
+
+
+def owner(frames):
+    for fn in frames:
+        for prefix, name in OWNERS:
+            if fn.startswith(prefix):
+                return name
+    return UNOWNED
+
+
+def main(path):
+    total, by = 0.0, {}
+    frames, value = [], 0.0
+
+    def flush():
+        nonlocal total
+        if frames and value:
+            o = owner(frames)
+            by[o] = by.get(o, 0.0) + value
+            total += value
+
+    for line in open(path):
+        if line.startswith("-----------"):
+            flush()
+            frames, value = [], 0.0
+            continue
+        m = re.match(r"\s+([\d.]+)(ms|s)\s+(\S+)", line)
+        if m:
+            value = float(m.group(1)) * (1 if m.group(2) == "ms" else 1000)
+            frames = [m.group(3)]
+            continue
+        m = re.match(r"\s+(\S+)", line)
+        if m and value:
+            frames.append(m.group(1))
+    flush()
+    print("| owner | CPU | share |\n|---|---|---|")
+    for name, v in sorted(by.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {v:,.0f} ms | {100 * v / total:.1f} % |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
