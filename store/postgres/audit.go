@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, outcome, timed_out, duration_us, prev_hash, hash`
@@ -162,55 +163,56 @@ func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, auditLock); err != nil {
 			return err
 		}
-		var lastSeq, lastID int64
-		var lastHash string
-		// The chain continues from the last sealed event or, when retention
-		// has purged every one, from the anchor.
-		err := tx.QueryRow(ctx, `SELECT seq, hash, id FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash, &lastID)
-		if isNoRows(err) {
-			err = tx.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&lastSeq, &lastHash)
-		}
-		if err != nil && !isNoRows(err) {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND id > $2 AND id <= $3 ORDER BY id LIMIT $1`, limit, lastID, fence)
-		if err != nil {
-			return err
-		}
-		var pending []*airlock.AuditEvent
-		for rows.Next() {
-			e, err := scanAudit(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			pending = append(pending, e)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		airlock.Seal(lastSeq, lastHash, pending)
-		n = len(pending)
-		if n == 0 {
-			return nil
-		}
-		// One statement for the page: the rows are found by id (the
-		// primary key), each set to its sequence number and hashes.
-		ids, seqs := make([]int64, n), make([]int64, n)
-		prevs, hashes := make([]string, n), make([]string, n)
-		for i, e := range pending {
-			ids[i], seqs[i], prevs[i], hashes[i] = e.ID, e.Seq, e.PrevHash, e.Hash
-		}
-		_, err = tx.Exec(ctx, `UPDATE airlock_audit a SET seq = u.seq, prev_hash = u.prev, hash = u.hash
-			FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS u(id, seq, prev, hash)
-			WHERE a.id = u.id`, ids, seqs, prevs, hashes)
-		if err != nil {
-			return err
-		}
-		return addRollup(ctx, tx, pending)
+		n, err = rules.SealAudit(ctx, sealRows{tx: tx, fence: fence}, limit)
+		return err
 	})
 	return n, err
+}
+
+// sealRows are the sealer's statements in a transaction that holds the
+// sealers' lock; fence is the highest row id no writer can still commit
+// below.
+type sealRows struct {
+	tx    pgx.Tx
+	fence int64
+}
+
+func (r sealRows) SealedHead(ctx context.Context) (seq int64, hash string, id int64, err error) {
+	err = r.tx.QueryRow(ctx, `SELECT seq, hash, id FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash, &id)
+	if isNoRows(err) {
+		err = r.tx.QueryRow(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&seq, &hash)
+	}
+	if isNoRows(err) {
+		err = nil
+	}
+	return seq, hash, id, err
+}
+
+func (r sealRows) Unsealed(ctx context.Context, afterID int64, limit int) ([]*airlock.AuditEvent, error) {
+	rows, err := r.tx.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND id > $2 AND id <= $3 ORDER BY id LIMIT $1`, limit, afterID, r.fence)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAudit)
+}
+
+// WriteSeals is one statement for the page: the rows are found by id (the
+// primary key), each set to its sequence number and hashes.
+func (r sealRows) WriteSeals(ctx context.Context, events []*airlock.AuditEvent) error {
+	n := len(events)
+	ids, seqs := make([]int64, n), make([]int64, n)
+	prevs, hashes := make([]string, n), make([]string, n)
+	for i, e := range events {
+		ids[i], seqs[i], prevs[i], hashes[i] = e.ID, e.Seq, e.PrevHash, e.Hash
+	}
+	_, err := r.tx.Exec(ctx, `UPDATE airlock_audit a SET seq = u.seq, prev_hash = u.prev, hash = u.hash
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS u(id, seq, prev, hash)
+		WHERE a.id = u.id`, ids, seqs, prevs, hashes)
+	return err
+}
+
+func (r sealRows) AddRollup(ctx context.Context, events []*airlock.AuditEvent) error {
+	return addRollup(ctx, r.tx, events)
 }
 
 // AuditHead implements airlock.AuditStore.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 const auditColumns = `id, seq, at, kind, run_id, key, tool, args, result, error, actor, plan_id, rule, decision_hash, outcome, timed_out, duration_us, prev_hash, hash`
@@ -118,61 +119,57 @@ func scanAudit(row scanner) (*airlock.AuditEvent, error) {
 // exclusive, so sealers in several processes take turns.
 func (s *Store) SealAudit(ctx context.Context, limit int) (int, error) {
 	var n int
-	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		var lastSeq, lastID int64
-		var lastHash string
-		// The chain continues from the last sealed event or, when retention
-		// has purged every one, from the anchor.
-		err := tx.QueryRowContext(ctx, `SELECT seq, hash, id FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&lastSeq, &lastHash, &lastID)
-		if errors.Is(err, sql.ErrNoRows) {
-			err = tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&lastSeq, &lastHash)
-		}
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		// Only events written after the sealed head: one writer commits
-		// them, so their ids rise in the order they were written, and an
-		// unsealed row older than the head was not written by airlock's
-		// insert — an edited row whose seal was removed, or one inserted
-		// with an id of its choosing. It is never sealed (verify counts it
-		// as not sealed, for good).
-		rows, err := tx.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND id > ? ORDER BY id LIMIT ?`, lastID, limit)
-		if err != nil {
-			return err
-		}
-		var pending []*airlock.AuditEvent
-		for rows.Next() {
-			e, err := scanAudit(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			pending = append(pending, e)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		airlock.Seal(lastSeq, lastHash, pending)
-		if len(pending) == 0 {
-			return nil
-		}
-		// Prepared once per seal: parsing the UPDATE for every event was
-		// most of the sealer's cost.
-		update, err := tx.PrepareContext(ctx, `UPDATE airlock_audit SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`)
-		if err != nil {
-			return err
-		}
-		defer update.Close()
-		for _, e := range pending {
-			if _, err := update.ExecContext(ctx, e.Seq, e.PrevHash, e.Hash, e.ID); err != nil {
-				return err
-			}
-		}
-		n = len(pending)
-		return addRollup(ctx, tx, pending)
+	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
+		n, err = rules.SealAudit(ctx, sealRows{tx}, limit)
+		return err
 	})
 	return n, err
+}
+
+// sealRows are the sealer's statements in a transaction of the writer. One
+// writer commits every event, so their ids rise in the order they were
+// written: an unsealed row older than the head was not written by
+// airlock's insert (an edited row whose seal was removed, or one inserted
+// with an id of its choosing) and is never sealed.
+type sealRows struct{ tx *sql.Tx }
+
+func (r sealRows) SealedHead(ctx context.Context) (seq int64, hash string, id int64, err error) {
+	err = r.tx.QueryRowContext(ctx, `SELECT seq, hash, id FROM airlock_audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash, &id)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = r.tx.QueryRowContext(ctx, `SELECT seq, hash FROM airlock_audit_anchor WHERE id = 1`).Scan(&seq, &hash)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	return seq, hash, id, err
+}
+
+func (r sealRows) Unsealed(ctx context.Context, afterID int64, limit int) ([]*airlock.AuditEvent, error) {
+	rows, err := r.tx.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq IS NULL AND id > ? ORDER BY id LIMIT ?`, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAudit)
+}
+
+// WriteSeals prepares the update once per seal: parsing it for every event
+// was most of the sealer's cost.
+func (r sealRows) WriteSeals(ctx context.Context, events []*airlock.AuditEvent) error {
+	update, err := r.tx.PrepareContext(ctx, `UPDATE airlock_audit SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer update.Close()
+	for _, e := range events {
+		if _, err := update.ExecContext(ctx, e.Seq, e.PrevHash, e.Hash, e.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r sealRows) AddRollup(ctx context.Context, events []*airlock.AuditEvent) error {
+	return addRollup(ctx, r.tx, events)
 }
 
 // AuditHead implements airlock.AuditStore.
