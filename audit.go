@@ -189,67 +189,6 @@ func ActorFrom(ctx context.Context) string {
 	return ActorSystem
 }
 
-// PlanEvents are the events of a new plan: planned, and decided when the
-// rule approved it automatically.
-func PlanEvents(p *Plan) []*AuditEvent {
-	planned := &AuditEvent{At: p.CreatedAt, Kind: EventPlanned, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Args: p.Args,
-		Result: p.Facts, Error: p.FactsError, Actor: p.ProposedBy, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
-	if planned.Actor == "" {
-		planned.Actor = ActorSystem
-	}
-	if p.Status != PlanApproved {
-		return []*AuditEvent{planned}
-	}
-	return []*AuditEvent{planned, DecisionEvent(p)}
-}
-
-// DecisionEvent records an approval or rejection, with who, why and on what.
-func DecisionEvent(p *Plan) *AuditEvent {
-	res, _ := json.Marshal(map[string]string{"status": string(p.Status), "reason": p.DecisionReason})
-	actor := p.DecidedBy
-	if actor == "" {
-		actor = ActorSystem
-	}
-	at := p.DecidedAt
-	if at.IsZero() {
-		at = p.UpdatedAt
-	}
-	e := &AuditEvent{At: at, Kind: EventDecided, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Args: p.Args, Result: res,
-		Actor: actor, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
-	if actor != ActorSystem && !p.CreatedAt.IsZero() {
-		e.DurationUS = max(0, at.Sub(p.CreatedAt).Microseconds())
-	}
-	return e
-}
-
-// WithdrawnEvent records a plan its proposer withdrew: who, and why.
-func WithdrawnEvent(p *Plan, by, reason string, at time.Time) *AuditEvent {
-	res, _ := json.Marshal(map[string]string{"status": string(p.Status), "reason": reason})
-	return &AuditEvent{At: at, Kind: EventWithdrawn, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Result: res,
-		Actor: ActorOr(by), PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash,
-		DurationUS: max(0, at.Sub(p.CreatedAt).Microseconds())}
-}
-
-// StatusEvent records a plan's move to its current status (expired,
-// committing, committed, failed, in doubt).
-func StatusEvent(p *Plan, at time.Time) *AuditEvent {
-	kind := string(p.Status)
-	switch p.Status {
-	case PlanExpired:
-		kind = EventExpired
-	case PlanCommitting:
-		kind = EventCommitting
-	case PlanCommitted:
-		kind = EventCommitted
-	case PlanFailed:
-		kind = EventCommitError
-	case PlanInDoubt:
-		kind = EventInDoubt
-	}
-	return &AuditEvent{At: at, Kind: kind, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Result: p.Result, Error: p.Error,
-		Actor: ActorSystem, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
-}
-
 // ActorOr is a, or ActorSystem when a is empty.
 func ActorOr(a string) string {
 	if a == "" {
@@ -267,24 +206,4 @@ func CompletionEvent(st State) string {
 		return EventFailed
 	}
 	return EventInDoubt
-}
-
-// SettleNote is the audit text of a settlement.
-func SettleNote(st *Settlement) string {
-	if st.Happened {
-		return "settled: it happened. " + st.Note
-	}
-	return "settled: it did not happen; the key is free. " + st.Note
-}
-
-// Seal continues the chain after (lastSeq, lastHash) over pending events,
-// in order: each gets the next sequence number, its predecessor's hash and
-// its own. Drivers store the three fields.
-func Seal(lastSeq int64, lastHash string, pending []*AuditEvent) {
-	for _, e := range pending {
-		lastSeq++
-		e.Seq, e.PrevHash = lastSeq, lastHash
-		e.Hash = e.ChainHash(lastHash)
-		lastHash = e.Hash
-	}
 }

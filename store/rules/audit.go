@@ -35,7 +35,7 @@ func SealAudit(ctx context.Context, x SealRows, limit int) (int, error) {
 	if err != nil || len(pending) == 0 {
 		return 0, err
 	}
-	airlock.Seal(seq, hash, pending)
+	seal(seq, hash, pending)
 	if err := x.WriteSeals(ctx, pending); err != nil {
 		return 0, err
 	}

@@ -84,7 +84,7 @@ func CreatePlan(ctx context.Context, x PlanRows, p *airlock.Plan) (*airlock.Plan
 		return nil, false, err
 	}
 	if created {
-		if err := x.AppendAudit(ctx, airlock.PlanEvents(p)...); err != nil {
+		if err := x.AppendAudit(ctx, planEvents(p)...); err != nil {
 			return nil, false, err
 		}
 		switch p.Status {
@@ -121,7 +121,7 @@ func DecidePlan(ctx context.Context, x PlanRows, d *airlock.PlanDecision) (out *
 		return nil, nil, err
 	}
 	cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
-	if err := x.AppendAudit(ctx, airlock.DecisionEvent(cur)); err != nil {
+	if err := x.AppendAudit(ctx, decisionEvent(cur)); err != nil {
 		return nil, nil, err
 	}
 	if next == airlock.PlanApproved {
@@ -140,7 +140,7 @@ func ExpirePlans(ctx context.Context, x PlanRows, now time.Time) ([]*airlock.Pla
 		return nil, err
 	}
 	for _, p := range expired {
-		if err := x.AppendAudit(ctx, airlock.StatusEvent(p, now)); err != nil {
+		if err := x.AppendAudit(ctx, statusEvent(p, now)); err != nil {
 			return nil, err
 		}
 	}
@@ -157,7 +157,7 @@ func SetPlanStatus(ctx context.Context, x PlanRows, p *StatusParams) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	return true, x.AppendAudit(ctx, airlock.StatusEvent(plan, p.At))
+	return true, x.AppendAudit(ctx, statusEvent(plan, p.At))
 }
 
 // WithdrawPlan withdraws an awaiting plan on its proposer's word, audited
@@ -172,5 +172,5 @@ func WithdrawPlan(ctx context.Context, x PlanRows, p *WithdrawParams) (*airlock.
 	if err != nil {
 		return nil, false, err
 	}
-	return plan, true, x.AppendAudit(ctx, airlock.WithdrawnEvent(plan, p.By, p.Reason, p.At))
+	return plan, true, x.AppendAudit(ctx, withdrawnEvent(plan, p.By, p.Reason, p.At))
 }

@@ -65,7 +65,7 @@ func Settle(ctx context.Context, x RecordRows, st *airlock.Settlement) (rec *air
 		rec = cur
 	}
 	if err := x.AppendAudit(ctx, &airlock.AuditEvent{At: st.Now, Kind: airlock.EventSettled, RunID: cur.RunID, Key: st.Key,
-		Tool: cur.Tool, Result: st.Result, Error: airlock.SettleNote(st), Actor: airlock.ActorOr(st.Actor)}); err != nil {
+		Tool: cur.Tool, Result: st.Result, Error: settleNote(st), Actor: airlock.ActorOr(st.Actor)}); err != nil {
 		return nil, nil, err
 	}
 	return rec, nil, x.NotifyRecord(ctx, st.Key)
