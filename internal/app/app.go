@@ -61,9 +61,6 @@ type Config struct {
 	// commands and `airlock migrate` set it; the CLI's other commands do
 	// not. Default false.
 	Migrate bool
-	// NoAudit opens the store without the audit events of claims and
-	// completions (measuring their cost only). Default false.
-	NoAudit bool
 	// Tokens are the bearer tokens the gateway and the page accept.
 	// Default: none (every authenticated route answers 401).
 	Tokens []gateway.Token
@@ -269,7 +266,7 @@ func (a *App) openStore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		sc := &sqlite.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Commit}
+		sc := &sqlite.Config{EnqueueCommit: ins.Commit}
 		if a.Manifest.Notify.Webhook != "" {
 			sc.EnqueueNotice = ins.Notice
 		}
@@ -308,7 +305,7 @@ func (a *App) openStore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		pc := &postgres.Config{NoAudit: a.cfg.NoAudit, EnqueueCommit: ins.Commit}
+		pc := &postgres.Config{EnqueueCommit: ins.Commit}
 		if a.Manifest.Notify.Webhook != "" {
 			pc.EnqueueNotice = ins.Notice
 		}
