@@ -116,66 +116,82 @@ func TestCancelledCallIsNotAnswered(t *testing.T) {
 		}
 	})
 
-	t.Run("stdio", func(t *testing.T) {
-		t.Parallel()
-		up := newSlowNote()
-		g := frontGatewayWith(t, cancelManifest, up.funcs())
-		inR, inW := io.Pipe()
-		outR, outW := io.Pipe()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- g.MCPServer().Run(ctx, g.StdioTransport(inR, outW)) }()
-		t.Cleanup(func() {
-			cancel()
-			_ = inW.Close()
-			if err := <-done; err != nil {
-				t.Logf("the server ended: %v", err)
-			}
-		})
-		answers := make(chan map[string]any, 16)
-		go func() {
-			lines := bufio.NewScanner(outR)
-			for lines.Scan() {
-				var m map[string]any
-				if json.Unmarshal(lines.Bytes(), &m) == nil {
-					answers <- m
-				}
-			}
-		}()
-		send := func(line string) {
-			t.Helper()
-			if _, err := io.WriteString(inW, line+"\n"); err != nil {
-				t.Fatal(err)
+	// Over stdio on both revisions: 2026-07-28 has no session and names its
+	// revision in each request's _meta, but still cancels with
+	// notifications/cancelled (there is no stream to close).
+	for _, rev := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run("stdio/"+rev, func(t *testing.T) { cancelOverStdio(t, rev) })
+	}
+}
+
+func cancelOverStdio(t *testing.T, rev string) {
+	t.Parallel()
+	up := newSlowNote()
+	g := frontGatewayWith(t, cancelManifest, up.funcs())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.MCPServer().Run(ctx, g.StdioTransport(inR, outW)) }()
+	t.Cleanup(func() {
+		cancel()
+		_ = inW.Close()
+		if err := <-done; err != nil {
+			t.Logf("the server ended: %v", err)
+		}
+	})
+	answers := make(chan map[string]any, 16)
+	go func() {
+		lines := bufio.NewScanner(outR)
+		for lines.Scan() {
+			var m map[string]any
+			if json.Unmarshal(lines.Bytes(), &m) == nil {
+				answers <- m
 			}
 		}
-		next := func() map[string]any {
-			t.Helper()
-			select {
-			case m := <-answers:
-				return m
-			case <-time.After(15 * time.Second):
-				t.Fatal("no answer")
-				return nil
-			}
+	}()
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
 		}
+	}
+	next := func() map[string]any {
+		t.Helper()
+		select {
+		case m := <-answers:
+			return m
+		case <-time.After(15 * time.Second):
+			t.Fatal("no answer")
+			return nil
+		}
+	}
+	meta := ""
+	if rev == "2025-11-25" {
 		send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 		next()
 		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"note","arguments":{"record_id":"C-2"}}}`)
-		up.waitArrived(t)
-		send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"the user stopped"}}`)
-		// A ping after the cancellation is answered; the cancelled call
-		// must not be, before or after it.
-		send(`{"jsonrpc":"2.0","id":9,"method":"ping"}`)
-		if m := next(); m["id"] != float64(9) {
-			t.Fatalf("answer %v, want only the ping's", m)
+	} else {
+		meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+		send(`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{` + meta[1:] + `}}`)
+		if m := next(); m["result"] == nil {
+			t.Fatalf("server/discover: %v", m)
 		}
-		close(up.release)
-		send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"note","arguments":{"record_id":"C-2"}}}`)
-		m := next()
-		b, _ := json.Marshal(m)
-		if m["id"] != float64(8) || !strings.Contains(string(b), `"repeat":true`) || up.n.Load() != 1 {
-			t.Errorf("after the cancellation: %s (executions %d)", b, up.n.Load())
-		}
-	})
+	}
+	send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"note","arguments":{"record_id":"C-2"}` + meta + `}}`)
+	up.waitArrived(t)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"the user stopped"}}`)
+	// A ping after the cancellation is answered; the cancelled call
+	// must not be, before or after it.
+	send(`{"jsonrpc":"2.0","id":9,"method":"ping","params":{` + strings.TrimPrefix(meta, ",") + `}}`)
+	if m := next(); m["id"] != float64(9) {
+		t.Fatalf("answer %v, want only the ping's", m)
+	}
+	close(up.release)
+	send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"note","arguments":{"record_id":"C-2"}` + meta + `}}`)
+	m := next()
+	b, _ := json.Marshal(m)
+	if m["id"] != float64(8) || !strings.Contains(string(b), `"repeat":true`) || up.n.Load() != 1 {
+		t.Errorf("after the cancellation: %s (executions %d)", b, up.n.Load())
+	}
 }
