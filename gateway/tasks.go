@@ -82,7 +82,9 @@ func callFlavor(req *mcp.CallToolRequest) taskFlavor {
 	if declaresTasks(req.Params.Meta) {
 		return taskV2
 	}
-	if _, ok := req.Params.Meta[metaTaskRequest]; ok {
+	if _, ok := req.Params.Meta[metaTaskRequest]; ok && !newRevision(req.Session) {
+		// 2025-11-25's params.task; a 2026-07-28 request's is ignored (the
+		// extension is declared, never asked for per call).
 		return taskV1
 	}
 	return taskNone

@@ -274,6 +274,13 @@ func TestMCPTasksOn20260728(t *testing.T) {
 		}
 	})
 
+	t.Run("2025-11-25's params.task does not make a task on 2026-07-28", func(t *testing.T) {
+		_, out := statelessCall(t, url, 10, "tools/call", "slow", map[string]any{"name": "slow", "arguments": map[string]any{"record_id": "R4"}, "task": map[string]any{"ttl": 1000}})
+		if res := resultOf(t, out); res["resultType"] == "task" || res["task"] != nil || res["content"] == nil {
+			t.Fatalf("a legacy task parameter on 2026-07-28: %v", res)
+		}
+	})
+
 	t.Run("a repeat's task says repeat", func(t *testing.T) {
 		// The other token's first call makes its own task for the same work.
 		_, out := statelessCall(t, url, 5, "tools/call", "slow", map[string]any{"name": "slow", "arguments": map[string]any{"record_id": "R2"}})
