@@ -30,3 +30,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalArgsMatchesEncodingJSON$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz FuzzVerify -fuzztime 30s ./auth/jwt/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest
+	$(GO) test -run '^$$' -fuzz FuzzParseEdge -fuzztime 30s ./gateway

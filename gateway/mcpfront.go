@@ -259,74 +259,84 @@ func (m *edgeMessage) id() json.RawMessage {
 func parseEdge(body []byte) (edgeMessage, int, string) {
 	var out edgeMessage
 	trimmed := bytes.TrimSpace(body)
-	if !json.Valid(trimmed) {
-		var v any
-		err := json.Unmarshal(trimmed, &v)
-		if len(trimmed) == 0 {
-			err = errors.New("the body is empty")
-		}
+	notJSON := func(err error) (edgeMessage, int, string) {
 		return out, rpcParseError, "parse error: the body is not JSON (" + err.Error() + "); send one JSON-RPC 2.0 message"
 	}
-	if trimmed[0] == '[' {
-		return out, rpcInvalidRequest, "invalid request: a batch (a JSON array of messages) is not served; send one JSON-RPC 2.0 message at a time"
+	if len(trimmed) == 0 {
+		return notJSON(errors.New("the body is empty"))
 	}
-	var msg struct {
-		JSONRPC *string         `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Method  json.RawMessage `json:"method"`
-		Params  json.RawMessage `json:"params"`
-		Result  json.RawMessage `json:"result"`
-		Error   json.RawMessage `json:"error"`
-	}
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &msg) != nil {
+	// Members are read by their exact names, as the SDK reads them (a map,
+	// not a struct: encoding/json would match "Method" or "_META" too).
+	var msg map[string]json.RawMessage
+	if trimmed[0] == '{' {
+		// One pass: the decoder checks the whole body is JSON before it
+		// fills anything in.
+		if err := json.Unmarshal(trimmed, &msg); err != nil {
+			return notJSON(err)
+		}
+		out.ID = msg["id"]
+		if tooDeep(trimmed) {
+			return out, rpcInvalidRequest, fmt.Sprintf("invalid request: the message nests deeper than %d levels; nothing was executed", maxDepth)
+		}
+	} else {
+		var v any
+		if err := json.Unmarshal(trimmed, &v); err != nil {
+			return notJSON(err)
+		}
+		if trimmed[0] == '[' {
+			return out, rpcInvalidRequest, "invalid request: a batch (a JSON array of messages) is not served; send one JSON-RPC 2.0 message at a time"
+		}
 		return out, rpcInvalidRequest, "invalid request: a JSON-RPC message is an object with \"jsonrpc\": \"2.0\""
 	}
-	out.ID = msg.ID
-	if msg.JSONRPC == nil || *msg.JSONRPC != "2.0" {
-		return out, rpcInvalidRequest, "invalid request: \"jsonrpc\" must be \"2.0\""
+	out.ID = msg["id"]
+	if v, ok := msg["jsonrpc"]; !ok || string(v) != `"2.0"` {
+		var s string
+		if !ok || json.Unmarshal(v, &s) != nil || s != "2.0" {
+			return out, rpcInvalidRequest, "invalid request: \"jsonrpc\" must be \"2.0\""
+		}
 	}
-	if msg.Method == nil && msg.Result == nil && msg.Error == nil {
+	method, hasMethod := msg["method"]
+	_, hasResult := msg["result"]
+	_, hasError := msg["error"]
+	if !hasMethod && !hasResult && !hasError {
 		return out, rpcInvalidRequest, "invalid request: \"method\" is required (a string such as \"tools/call\")"
 	}
-	if msg.Method != nil {
-		if json.Unmarshal(msg.Method, &out.Method) != nil || out.Method == "" {
+	if hasMethod {
+		if json.Unmarshal(method, &out.Method) != nil || out.Method == "" {
 			return out, rpcInvalidRequest, "invalid request: \"method\" must be a non-empty string such as \"tools/call\""
 		}
 	}
-	if msg.ID != nil {
+	if id, ok := msg["id"]; ok {
 		// A response may carry a null id (its request could not be read).
-		if problem := idProblem(msg.ID, msg.Method == nil); problem != "" {
+		if problem := idProblem(id, !hasMethod); problem != "" {
 			return out, rpcInvalidRequest, "invalid request: \"id\" " + problem
 		}
 	}
-	if out.Method == "" || len(msg.Params) == 0 || msg.Params[0] != '{' {
+	rawParams := msg["params"]
+	if out.Method == "" || len(rawParams) == 0 || rawParams[0] != '{' {
 		return out, 0, ""
 	}
-	var params struct {
-		Meta      json.RawMessage `json:"_meta"`
-		RequestID json.RawMessage `json:"requestId"`
-		Task      json.RawMessage `json:"task"`
-		TaskID    json.RawMessage `json:"taskId"`
-	}
-	_ = json.Unmarshal(msg.Params, &params)
-	out.cancelledID = params.RequestID
+	var params map[string]json.RawMessage
+	_ = json.Unmarshal(rawParams, &params)
+	out.cancelledID = params["requestId"]
 	if strings.HasPrefix(out.Method, "tasks/") {
-		_ = json.Unmarshal(params.TaskID, &out.taskID)
+		_ = json.Unmarshal(params["taskId"], &out.taskID)
 	}
-	if out.Method == "tools/call" && len(params.Task) > 0 && string(params.Task) != "null" {
-		if params.Task[0] != '{' {
-			return out, rpcInvalidParams, fmt.Sprintf("invalid params: \"task\" must be an object such as {\"ttl\": 60000}, not %s; nothing was executed", kindOf(params.Task))
+	if task := params["task"]; out.Method == "tools/call" && len(task) > 0 && string(task) != "null" {
+		if task[0] != '{' {
+			return out, rpcInvalidParams, fmt.Sprintf("invalid params: \"task\" must be an object such as {\"ttl\": 60000}, not %s; nothing was executed", kindOf(task))
 		}
 		out.task = true
 	}
-	if len(params.Meta) == 0 || string(params.Meta) == "null" {
+	rawMeta := params["_meta"]
+	if len(rawMeta) == 0 || string(rawMeta) == "null" {
 		return out, 0, ""
 	}
-	if params.Meta[0] != '{' {
+	if rawMeta[0] != '{' {
 		return out, rpcInvalidParams, "invalid params: \"_meta\" must be an object; nothing was executed"
 	}
 	var meta map[string]json.RawMessage
-	_ = json.Unmarshal(params.Meta, &meta)
+	_ = json.Unmarshal(rawMeta, &meta)
 	for _, field := range metaStrings {
 		v, ok := meta[field]
 		if !ok || string(v) == "null" {
@@ -344,6 +354,39 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 		return out, rpcInvalidParams, fmt.Sprintf("invalid params: _meta[%q] must be an object, not %s; nothing was executed", metaClientCapabilities, kindOf(v))
 	}
 	return out, 0, ""
+}
+
+// maxDepth is how deep a message may nest: the SDK refuses deeper ones,
+// and over stdio a message it cannot read would end the session.
+const maxDepth = 1000
+
+// tooDeep says whether a JSON text (already known to be valid) nests
+// deeper than maxDepth.
+func tooDeep(b []byte) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > maxDepth {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // metaStrings are the _meta fields airlock reads as text.

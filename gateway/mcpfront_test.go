@@ -343,6 +343,8 @@ func TestStdioSurvivesBadMessages(t *testing.T) {
 		{"exponent id", `{"jsonrpc":"2.0","id":1e3,"method":"tools/list"}`, -32600, nil, `"id" must be a string or an integer`},
 		{"invalid JSON", `{"jsonrpc":"2.0",`, -32700, nil, "parse error"},
 		{"unknown method", `{"jsonrpc":"2.0","id":7,"method":"no/such/method"}`, -32601, float64(7), "no/such/method"},
+		{"a member's name in another case", `{"jsonrpC":"2.0","id":3,"method":"tools/list"}`, -32600, float64(3), `"jsonrpc" must be "2.0"`},
+		{"nested too deep", `{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"x":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}}`, -32600, float64(4), "deeper than 1000"},
 	} {
 		send(tc.line)
 		m := next(tc.name)
