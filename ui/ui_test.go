@@ -1,0 +1,164 @@
+package ui_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/plan"
+	"github.com/airlockhq/airlock/store/sqlite"
+	"github.com/airlockhq/airlock/ui"
+	"github.com/airlockhq/airlock/upstream"
+)
+
+const pageManifest = `version: 1
+upstreams:
+  svc: {http: "http://127.0.0.1:1"}
+tools:
+  - name: pay
+    kind: irreversible
+    input_schema: {type: object, properties: {record_id: {type: string}}}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {name: svc, path: /pay}
+    answers: {undo: "No.", approver: "A person.", on_repeat: "The first."}
+    approval:
+      rules:
+        - {name: people, when: "true", decide: human}
+`
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// The page without a browser: the sign-in form is bound to its cookie, an
+// approver's token signs in and an agent's does not, a form without the
+// session's CSRF token is refused, every answer carries the security
+// headers, a withdrawn plan shows as withdrawn, and signing out ends the
+// session.
+func TestSignInFormsAndPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, err := manifest.Parse([]byte(pageManifest), "page.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	guard := airlock.NewGuard(s, nil)
+	t.Cleanup(guard.Close)
+	noop := upstream.Func(func(context.Context, *upstream.Request) airlock.Outcome {
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded}
+	})
+	plans, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: func(*airlock.Tool) (upstream.Caller, bool) { return noop, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: guard, Plans: plans,
+		Authenticate: func(token string) (ui.Principal, bool) {
+			switch token {
+			case "approver-token":
+				return ui.Principal{Name: "ana", Role: airlock.RoleApprover}, true
+			case "agent-token":
+				return ui.Principal{Name: "bot", Role: airlock.RoleAgent}, true
+			}
+			return ui.Principal{}, false
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	t.Cleanup(srv.Close)
+	args, _ := airlock.NewArgs([]byte(`{"record_id":"WD-1"}`))
+	p, _, err := plans.Propose(ctx, m.Tool("pay"), args, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := plans.Withdraw(ctx, p.ID, "bot"); err != nil {
+		t.Fatal(err)
+	}
+
+	newClient := func() *http.Client {
+		jar, _ := cookiejar.New(nil)
+		return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	get := func(c *http.Client, path string) (int, string, http.Header) {
+		t.Helper()
+		resp, err := c.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	post := func(c *http.Client, path string, form url.Values) (int, string) {
+		t.Helper()
+		resp, err := c.PostForm(srv.URL+path, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	signIn := func(c *http.Client, token string) int {
+		t.Helper()
+		_, body, h := get(c, "/ui/signin")
+		if h.Get("X-Frame-Options") != "DENY" || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") || h.Get("Cache-Control") != "no-store" {
+			t.Fatalf("security headers: %v", h)
+		}
+		f := csrfField.FindStringSubmatch(body)
+		if f == nil {
+			t.Fatalf("no CSRF token in the sign-in form: %s", body)
+		}
+		code, _ := post(c, "/ui/signin", url.Values{"csrf": {f[1]}, "token": {token}})
+		return code
+	}
+
+	if code := signIn(newClient(), "agent-token"); code != http.StatusForbidden {
+		t.Errorf("an agent's token signed in: %d", code)
+	}
+	if code := signIn(newClient(), "no-such-token"); code != http.StatusUnauthorized {
+		t.Errorf("an unknown token: %d", code)
+	}
+	// A form that did not come from this server's sign-in page.
+	if code, _ := post(newClient(), "/ui/signin", url.Values{"csrf": {"0123"}, "token": {"approver-token"}}); code != http.StatusForbidden {
+		t.Errorf("a sign-in without the form's cookie: %d", code)
+	}
+
+	ana := newClient()
+	if code := signIn(ana, "approver-token"); code != http.StatusSeeOther {
+		t.Fatalf("the approver's sign-in: %d", code)
+	}
+	code, body, _ := get(ana, "/ui/plans/"+p.ID)
+	if code != http.StatusOK || !strings.Contains(body, `id="status">withdrawn<`) {
+		t.Fatalf("the withdrawn plan's page: %d\n%s", code, body)
+	}
+	if code, _ := post(ana, "/ui/signout", url.Values{}); code != http.StatusForbidden {
+		t.Errorf("a sign-out without the session's CSRF token: %d", code)
+	}
+	f := csrfField.FindStringSubmatch(body)
+	if f == nil {
+		t.Fatal("no CSRF token on the plan's page")
+	}
+	if code, _ := post(ana, "/ui/signout", url.Values{"csrf": {f[1]}}); code != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", code)
+	}
+	if code, _, h := get(ana, "/ui/"); code != http.StatusSeeOther || !strings.Contains(h.Get("Location"), "/ui/signin") {
+		t.Errorf("after signing out: %d %v", code, h.Get("Location"))
+	}
+}
