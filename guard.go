@@ -204,10 +204,8 @@ type Guard struct {
 	seq         atomic.Uint64
 	inflight    sync.WaitGroup
 
-	reconciler       Reconciler
-	reconcileBackoff time.Duration
-	reconcileMu      sync.Mutex
-	reconcileDue     map[string]reconcileAttempt // by key: when to ask again
+	reconciler  Reconciler
+	reconcileAt *reconcileSchedule // when each in-doubt record is asked about again
 }
 
 // NewGuard makes a guard over a store.
@@ -282,11 +280,7 @@ func NewGuard(store GuardStore, cfg *GuardConfig) *Guard {
 	}
 	g.events = newEventBuffer(store, g.log, buffer, wait, onLost)
 	g.reconciler = cfg.Reconciler
-	g.reconcileBackoff = cfg.ReconcileBackoff
-	if g.reconcileBackoff <= 0 {
-		g.reconcileBackoff = 10 * time.Second
-	}
-	g.reconcileDue = map[string]reconcileAttempt{}
+	g.reconcileAt = newReconcileSchedule(cfg.ReconcileBackoff)
 	return g
 }
 

@@ -3,6 +3,7 @@ package airlock
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 )
 
@@ -87,21 +88,21 @@ func (g *Guard) Reconcile(ctx context.Context) (ReconcileStats, error) {
 		}
 		f.After = RecordCursor(recs[len(recs)-1])
 	}
-	g.reconcileForget(seen)
+	g.reconcileAt.forget(seen)
 	return st, nil
 }
 
 func (g *Guard) reconcilePage(ctx context.Context, recs []*Record, now time.Time, seen map[string]bool, st *ReconcileStats) error {
 	for _, rec := range recs {
 		seen[rec.Key] = true
-		if !g.reconciler.Automatic(rec.Tool) || !g.reconcileIsDue(rec.Key, now) {
+		if !g.reconciler.Automatic(rec.Tool) || !g.reconcileAt.isDue(rec.Key, now) {
 			continue
 		}
 		st.Asked++
 		found, err := g.reconciler.Reconcile(ctx, rec)
 		if err != nil || found.Verdict == VerdictUnknown {
 			st.Failed++
-			n := g.reconcileFailed(rec.Key, now)
+			n := g.reconcileAt.failed(rec.Key, now)
 			if err != nil {
 				g.log.Warn("airlock: reconciling an in-doubt record failed; asking again later", "key", rec.Key, "tool", rec.Tool, "attempt", n, "err", err)
 			}
@@ -124,43 +125,60 @@ func (g *Guard) reconcilePage(ctx context.Context, recs []*Record, now time.Time
 		default:
 			return err
 		}
-		g.reconcileDone(rec.Key)
+		g.reconcileAt.done(rec.Key)
 	}
 	return nil
 }
 
-func (g *Guard) reconcileIsDue(key string, now time.Time) bool {
-	g.reconcileMu.Lock()
-	defer g.reconcileMu.Unlock()
-	a, ok := g.reconcileDue[key]
+// reconcileSchedule is when each in-doubt record may be asked about again:
+// a record whose read tool failed, or whose answer said nothing, waits a
+// backoff that doubles up to maxReconcileBackoff.
+type reconcileSchedule struct {
+	backoff time.Duration
+	mu      sync.Mutex
+	due     map[string]reconcileAttempt // by key
+}
+
+func newReconcileSchedule(backoff time.Duration) *reconcileSchedule {
+	if backoff <= 0 {
+		backoff = 10 * time.Second
+	}
+	return &reconcileSchedule{backoff: backoff, due: map[string]reconcileAttempt{}}
+}
+
+func (r *reconcileSchedule) isDue(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.due[key]
 	return !ok || !now.Before(a.next)
 }
 
-func (g *Guard) reconcileFailed(key string, now time.Time) int {
-	g.reconcileMu.Lock()
-	defer g.reconcileMu.Unlock()
-	a := g.reconcileDue[key]
-	wait := min(g.reconcileBackoff<<min(a.n, 20), maxReconcileBackoff)
+// failed schedules the next attempt and returns how many there were.
+func (r *reconcileSchedule) failed(key string, now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.due[key]
+	wait := min(r.backoff<<min(a.n, 20), maxReconcileBackoff)
 	a.n++
 	a.next = now.Add(wait)
-	g.reconcileDue[key] = a
+	r.due[key] = a
 	return a.n
 }
 
-func (g *Guard) reconcileDone(key string) {
-	g.reconcileMu.Lock()
-	defer g.reconcileMu.Unlock()
-	delete(g.reconcileDue, key)
+func (r *reconcileSchedule) done(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.due, key)
 }
 
-// reconcileForget drops the backoff of records no longer in doubt (settled
-// by a person or elsewhere), so the map stays as small as the backlog.
-func (g *Guard) reconcileForget(inDoubt map[string]bool) {
-	g.reconcileMu.Lock()
-	defer g.reconcileMu.Unlock()
-	for key := range g.reconcileDue {
+// forget drops the backoff of records no longer in doubt (settled by a
+// person or elsewhere), so the map stays as small as the backlog.
+func (r *reconcileSchedule) forget(inDoubt map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.due {
 		if !inDoubt[key] {
-			delete(g.reconcileDue, key)
+			delete(r.due, key)
 		}
 	}
 }
