@@ -412,6 +412,11 @@ func (g *Gateway) taskRequest(ctx context.Context, method string, ss *mcp.Server
 	if err != nil {
 		return flavor, nil, err
 	}
+	if !t.ExpiresAt.IsZero() && !time.Now().Before(t.ExpiresAt) {
+		// Purged with its record at the next pass, or already half gone:
+		// either way not read as work that did not happen.
+		return flavor, nil, taskRPCError(rpcInvalidParams, "Failed to retrieve task: task %q has expired (it was kept as long as its record)", id)
+	}
 	return flavor, t, nil
 }
 
