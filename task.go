@@ -64,6 +64,15 @@ func (t *Task) Subject() string {
 	return "record:" + t.RecordKey
 }
 
+// SetSubject sets RecordKey or PlanID from a Subject.
+func (t *Task) SetSubject(subject string) {
+	if id, ok := strings.CutPrefix(subject, "plan:"); ok {
+		t.PlanID, t.RecordKey = id, ""
+		return
+	}
+	t.RecordKey, t.PlanID = strings.TrimPrefix(subject, "record:"), ""
+}
+
 // Validate checks a task before it is stored.
 func (t *Task) Validate() error {
 	switch {

@@ -98,7 +98,6 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 			if res, ok, err := g.pass.handle(ctx, method, req); ok {
 				return res, err
 			}
-			ss, _ := req.GetSession().(*mcp.ServerSession)
 			switch method {
 			case "tools/call":
 				ctr, ok := req.(*mcp.CallToolRequest)
@@ -122,6 +121,7 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 				if err != nil {
 					return res, err
 				}
+				ss, _ := req.GetSession().(*mcp.ServerSession)
 				return g.withTaskSupport(method, ss, res), nil
 			}
 			return next(ctx, method, req)
@@ -172,10 +172,7 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		// context carries the principal.
 		overHTTP := req.Extra != nil && req.Extra.Header != nil
 		stateless := overHTTP && sessionID(req.Session) == ""
-		actor := g.sessions.ownerOf(sessionID(req.Session))
-		if p, ok := PrincipalFrom(ctx); actor == "" && ok {
-			actor = p.Name
-		}
+		actor := g.principalOf(ctx, req.Session)
 		if actor == "" && overHTTP {
 			if p, err := g.authenticate(&http.Request{Header: req.Extra.Header}); err == nil {
 				actor = p.Name

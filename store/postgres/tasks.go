@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,11 +31,7 @@ func scanTask(row pgx.Row, extra ...any) (*airlock.Task, error) {
 	if expires != nil {
 		t.ExpiresAt = expires.UTC()
 	}
-	if id, ok := strings.CutPrefix(subject, "plan:"); ok {
-		t.PlanID = id
-	} else {
-		t.RecordKey = strings.TrimPrefix(subject, "record:")
-	}
+	t.SetSubject(subject)
 	return &t, nil
 }
 
@@ -87,14 +82,5 @@ func (s *Store) ListTasks(ctx context.Context, principal, after string, limit in
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*airlock.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return collect(rows, func(r pgx.Row) (*airlock.Task, error) { return scanTask(r) })
 }

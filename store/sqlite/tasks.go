@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 
 	"github.com/airlockhq/airlock"
 )
@@ -15,10 +14,11 @@ const taskColumns = `id, principal, subject, tool, repeat, created_at, expires_a
 
 func scanTask(row scanner) (*airlock.Task, error) {
 	var (
-		t                subjectTask
+		t                airlock.Task
+		subject          string
 		created, expires int64
 	)
-	err := row.Scan(&t.ID, &t.Principal, &t.subject, &t.Tool, &t.Repeat, &created, &expires)
+	err := row.Scan(&t.ID, &t.Principal, &subject, &t.Tool, &t.Repeat, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, airlock.ErrNotFound
 	}
@@ -26,23 +26,8 @@ func scanTask(row scanner) (*airlock.Task, error) {
 		return nil, err
 	}
 	t.CreatedAt, t.ExpiresAt = fromMicros(created), fromMicros(expires)
-	return t.task(), nil
-}
-
-// subjectTask is a task as scanned, its subject still one column.
-type subjectTask struct {
-	airlock.Task
-	subject string
-}
-
-func (t *subjectTask) task() *airlock.Task {
-	out := t.Task
-	if id, ok := strings.CutPrefix(t.subject, "plan:"); ok {
-		out.PlanID = id
-	} else {
-		out.RecordKey = strings.TrimPrefix(t.subject, "record:")
-	}
-	return &out
+	t.SetSubject(subject)
+	return &t, nil
 }
 
 // CreateTask implements airlock.TaskStore.
@@ -91,14 +76,5 @@ func (s *Store) ListTasks(ctx context.Context, principal, after string, limit in
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*airlock.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return collect(rows, scanTask)
 }
