@@ -452,7 +452,7 @@ func (g *Guard) checkBudget(ctx context.Context, p *prepared) (*Answer, bool, er
 	case !errors.Is(err, ErrNotFound):
 		return nil, true, err
 	}
-	n, err := g.store.CountRunCalls(ctx, p.runID, tool.Name)
+	n, err := g.store.CountRunCalls(ctx, &CountRunCallsParams{RunID: p.runID, Tool: tool.Name})
 	if err != nil {
 		return nil, true, storeErr("count", err)
 	}
@@ -597,7 +597,9 @@ func (g *Guard) execute(ctx context.Context, tool *Tool, rec *Record, fn SideEff
 	comp := &Completion{Key: rec.Key, Owner: rec.Owner, Result: storableJSON(out.Result), Content: storableJSON(out.Content), Actor: ActorFrom(ctx)}
 	switch out.Kind {
 	case OutcomeNotSent:
-		if err := g.retryStore(ctx, func(ctx context.Context) error { return g.store.Release(ctx, rec.Key, rec.Owner) }); err != nil {
+		if err := g.retryStore(ctx, func(ctx context.Context) error {
+			return g.store.Release(ctx, &ReleaseParams{Key: rec.Key, Owner: rec.Owner})
+		}); err != nil {
 			g.log.Error("airlock: releasing a claim whose request was never sent", "key", rec.Key, "err", err)
 		}
 		g.hub.notify(rec.Key)
@@ -941,7 +943,7 @@ func (g *Guard) Reap(ctx context.Context) (ReapStats, error) {
 		if g.redrive != nil {
 			if tool, fn, ok := g.redrive(rec); ok && tool.HonorsKey {
 				owner := g.newOwner()
-				taken, ok, err := g.store.TakeOver(ctx, rec.Key, owner, now, now.Add(g.lease))
+				taken, ok, err := g.store.TakeOver(ctx, &TakeOverParams{Key: rec.Key, Owner: owner, Now: now, LeaseUntil: now.Add(g.lease)})
 				if err != nil {
 					return st, err
 				}
@@ -956,7 +958,7 @@ func (g *Guard) Reap(ctx context.Context) (ReapStats, error) {
 				continue
 			}
 		}
-		ok, err := g.store.ExpireLease(ctx, rec.Key, now, "lease expired: the call's outcome was not recorded (its process stopped, or could not reach the store) and it is not known whether it happened")
+		ok, err := g.store.ExpireLease(ctx, &ExpireLeaseParams{Key: rec.Key, Now: now, Note: "lease expired: the call's outcome was not recorded (its process stopped, or could not reach the store) and it is not known whether it happened"})
 		if err != nil {
 			return st, err
 		}

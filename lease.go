@@ -108,7 +108,7 @@ func (k *leaseKeeper) renew(due []*heldLease) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), k.every)
-			err := k.g.store.Heartbeat(ctx, h.key, h.owner, k.g.clock.Now().Add(k.g.lease))
+			err := k.g.store.Heartbeat(ctx, &HeartbeatParams{Key: h.key, Owner: h.owner, LeaseUntil: k.g.clock.Now().Add(k.g.lease)})
 			cancel()
 			if errors.Is(err, ErrLeaseLost) && k.release(h.owner) {
 				// Still held: the side effect runs on without its lease.

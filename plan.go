@@ -215,17 +215,35 @@ type PlanStore interface {
 	// ExpirePlans moves awaiting plans past their ExpiresAt to expired and
 	// returns them as they now are.
 	ExpirePlans(ctx context.Context, now time.Time) ([]*Plan, error)
-	// SetPlanStatus moves a plan from one of the from statuses to status,
-	// with its result or error; false when it was in none of them.
-	SetPlanStatus(ctx context.Context, id string, from []PlanStatus, status PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error)
+	// SetPlanStatus moves plan p.ID from one of p.From to p.To, with its
+	// result or error; false when it was in none of them.
+	SetPlanStatus(ctx context.Context, p *SetPlanStatusParams) (bool, error)
 	// WithdrawPlan moves an awaiting plan to withdrawn, on its proposer's
-	// word: by is who withdrew it (the audit event's actor), reason why.
+	// word: p.By is who withdrew it (the audit event's actor), p.Reason why.
 	// It returns the plan as it then is, and false (with the plan
 	// unchanged) when it no longer awaited approval.
-	WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*Plan, bool, error)
+	WithdrawPlan(ctx context.Context, p *WithdrawPlanParams) (*Plan, bool, error)
 	// WaitingPlans counts the plans awaiting a person, per tool, with the
 	// oldest one's creation time (tools with none waiting are left out).
 	WaitingPlans(ctx context.Context) ([]WaitingPlans, error)
+}
+
+// SetPlanStatusParams move plan ID from one of From to To.
+type SetPlanStatusParams struct {
+	ID     string
+	From   []PlanStatus
+	To     PlanStatus
+	Result json.RawMessage // nil keeps the plan's result
+	Error  string
+	At     time.Time
+}
+
+// WithdrawPlanParams withdraw plan ID: By is who withdrew it, Reason why.
+type WithdrawPlanParams struct {
+	ID     string
+	By     string
+	Reason string
+	At     time.Time
 }
 
 // CheckDecision says what a decision does to a plan: the status to move

@@ -108,20 +108,20 @@ type RecordStore interface {
 	Complete(ctx context.Context, c *Completion) error
 	// Release removes a running record held by owner (the request was never
 	// sent). ErrLeaseLost when it is not held by owner.
-	Release(ctx context.Context, key, owner string) error
+	Release(ctx context.Context, p *ReleaseParams) error
 	// Heartbeat extends the lease of a running record held by owner.
 	// ErrLeaseLost when it is not held by owner.
-	Heartbeat(ctx context.Context, key, owner string, leaseUntil time.Time) error
+	Heartbeat(ctx context.Context, p *HeartbeatParams) error
 	// Get returns the record, or ErrNotFound.
 	Get(ctx context.Context, key string) (*Record, error)
 	// ExpiredLeases lists running records whose lease ended before now.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*Record, error)
 	// ExpireLease moves a running record whose lease ended before now to
 	// in_doubt; false when it is no longer such a record.
-	ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error)
+	ExpireLease(ctx context.Context, p *ExpireLeaseParams) (bool, error)
 	// TakeOver gives a running record whose lease ended before now to a
 	// new owner (to re-drive it); false when another replica was first.
-	TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*Record, bool, error)
+	TakeOver(ctx context.Context, p *TakeOverParams) (*Record, bool, error)
 	// Settle decides an in_doubt record. ErrNotFound or ErrStateConflict
 	// when there is no in_doubt record with the key.
 	Settle(ctx context.Context, s *Settlement) (*Record, error)
@@ -133,7 +133,7 @@ type RecordStore interface {
 	InDoubtByTool(ctx context.Context) (map[string]int, error)
 	// CountRunCalls counts the records of a tool in a run (for
 	// max_calls_per_run).
-	CountRunCalls(ctx context.Context, runID, tool string) (int, error)
+	CountRunCalls(ctx context.Context, p *CountRunCallsParams) (int, error)
 	// Purge removes up to limit final records whose ExpiresAt is before now.
 	Purge(ctx context.Context, now time.Time, limit int) (int, error)
 	// Subscribe calls fn with the key of each record that leaves running,
@@ -149,6 +149,42 @@ type RecordStore interface {
 	// changes that Subscribe cannot report.
 	PollInterval() time.Duration
 }
+
+// The record statements' parameters are named fields, so that a key and an
+// owner (or two instants) cannot be passed in each other's place.
+type (
+	// ReleaseParams name a running record and the owner it must have.
+	ReleaseParams struct {
+		Key   string
+		Owner string
+	}
+	// HeartbeatParams extend the lease of Key, held by Owner, to LeaseUntil.
+	HeartbeatParams struct {
+		Key        string
+		Owner      string
+		LeaseUntil time.Time
+	}
+	// ExpireLeaseParams move Key, running with a lease that ended before
+	// Now, to in_doubt with Note.
+	ExpireLeaseParams struct {
+		Key  string
+		Now  time.Time
+		Note string
+	}
+	// TakeOverParams give Key, running with a lease that ended before Now,
+	// to Owner until LeaseUntil.
+	TakeOverParams struct {
+		Key        string
+		Owner      string
+		Now        time.Time
+		LeaseUntil time.Time
+	}
+	// CountRunCallsParams name a run and a tool.
+	CountRunCallsParams struct {
+		RunID string
+		Tool  string
+	}
+)
 
 // GuardStore is what a Guard uses: the records, and the audit log to write
 // its answer events to.

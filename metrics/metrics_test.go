@@ -95,7 +95,7 @@ func TestRecordsInDoubtFromTheStore(t *testing.T) {
 		LeaseUntil: now.Add(-30 * time.Second), ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.ExpireLease(ctx, "k-crashed", now, "lease expired: the process stopped"); err != nil || !ok {
+	if ok, err := s.ExpireLease(ctx, &airlock.ExpireLeaseParams{Key: "k-crashed", Now: now, Note: "lease expired: the process stopped"}); err != nil || !ok {
 		t.Fatalf("reaping: %v %v", ok, err)
 	}
 	reg := prometheus.NewRegistry()

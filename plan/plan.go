@@ -469,14 +469,14 @@ func (s *Service) commit(ctx context.Context, id string) error {
 	}
 	tool := s.cfg.Manifest.Tool(p.Tool)
 	if tool == nil {
-		_, err := s.cfg.Store.SetPlanStatus(ctx, id, []airlock.PlanStatus{airlock.PlanApproved, airlock.PlanCommitting}, airlock.PlanFailed, nil, "the tool is no longer in the manifest", s.clock.Now())
+		_, err := s.cfg.Store.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: id, From: []airlock.PlanStatus{airlock.PlanApproved, airlock.PlanCommitting}, To: airlock.PlanFailed, Error: "the tool is no longer in the manifest", At: s.clock.Now()})
 		return err
 	}
 	c, ok := s.cfg.Callers(tool)
 	if !ok {
 		return fmt.Errorf("plan: tool %s has no upstream", tool.Name)
 	}
-	if _, err := s.cfg.Store.SetPlanStatus(ctx, id, []airlock.PlanStatus{airlock.PlanApproved}, airlock.PlanCommitting, nil, "", s.clock.Now()); err != nil {
+	if _, err := s.cfg.Store.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: id, From: []airlock.PlanStatus{airlock.PlanApproved}, To: airlock.PlanCommitting, At: s.clock.Now()}); err != nil {
 		return err
 	}
 	// The plan's arguments come back from the store as the canonical bytes
@@ -508,7 +508,7 @@ func (s *Service) commit(ctx context.Context, id string) error {
 	default:
 		return ErrRetry
 	}
-	_, err = s.cfg.Store.SetPlanStatus(ctx, id, []airlock.PlanStatus{airlock.PlanCommitting, airlock.PlanApproved}, status, ans.Result, errText, s.clock.Now())
+	_, err = s.cfg.Store.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: id, From: []airlock.PlanStatus{airlock.PlanCommitting, airlock.PlanApproved}, To: status, Result: ans.Result, Error: errText, At: s.clock.Now()})
 	return err
 }
 
@@ -539,7 +539,7 @@ const WithdrawReason = "withdrawn by its proposer (tasks/cancel) before anyone d
 // client's tasks/cancel): it will not be done. False, with the plan as it
 // is, when it no longer awaits approval (an approved plan is carried out).
 func (s *Service) Withdraw(ctx context.Context, id, by string) (*airlock.Plan, bool, error) {
-	p, ok, err := s.cfg.Store.WithdrawPlan(ctx, id, by, WithdrawReason, s.clock.Now())
+	p, ok, err := s.cfg.Store.WithdrawPlan(ctx, &airlock.WithdrawPlanParams{ID: id, By: by, Reason: WithdrawReason, At: s.clock.Now()})
 	if errors.Is(err, airlock.ErrNotFound) {
 		return nil, false, airlock.FieldErrorf(airlock.CodeNotFound, "plan_id", "no plan with id %q", id)
 	}

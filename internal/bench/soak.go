@@ -405,7 +405,7 @@ func soakPlan(ctx context.Context, s airlock.Store, rnd *mrand.Rand, u int64, at
 		p = decided
 	}
 	if p.Status == airlock.PlanApproved {
-		if _, err := s.SetPlanStatus(ctx, p.ID, []airlock.PlanStatus{airlock.PlanApproved}, airlock.PlanCommitted, json.RawMessage(`{"ok":true}`), "", at.Add(time.Second)); err != nil {
+		if _, err := s.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: p.ID, From: []airlock.PlanStatus{airlock.PlanApproved}, To: airlock.PlanCommitted, Result: json.RawMessage(`{"ok":true}`), Error: "", At: at.Add(time.Second)}); err != nil {
 			return err
 		}
 	}

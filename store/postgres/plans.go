@@ -117,10 +117,10 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan
 }
 
 // SetPlanStatus implements airlock.PlanStore (store/rules.SetPlanStatus).
-func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.PlanStatus, status airlock.PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error) {
+func (s *Store) SetPlanStatus(ctx context.Context, p *airlock.SetPlanStatusParams) (bool, error) {
 	var changed bool
 	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
-		changed, err = rules.SetPlanStatus(ctx, s.planRows(tx), &rules.StatusParams{ID: id, From: from, To: status, Result: result, Error: errText, At: now})
+		changed, err = rules.SetPlanStatus(ctx, s.planRows(tx), p)
 		return err
 	})
 	return changed, err
@@ -151,13 +151,13 @@ func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error
 }
 
 // WithdrawPlan implements airlock.PlanStore (store/rules.WithdrawPlan).
-func (s *Store) WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*airlock.Plan, bool, error) {
+func (s *Store) WithdrawPlan(ctx context.Context, p *airlock.WithdrawPlanParams) (*airlock.Plan, bool, error) {
 	var (
 		out       *airlock.Plan
 		withdrawn bool
 	)
 	err := s.auditTx(ctx, func(tx pgx.Tx) (err error) {
-		out, withdrawn, err = rules.WithdrawPlan(ctx, s.planRows(tx), &rules.WithdrawParams{ID: id, By: by, Reason: reason, At: now})
+		out, withdrawn, err = rules.WithdrawPlan(ctx, s.planRows(tx), p)
 		return err
 	})
 	return out, withdrawn, err
@@ -209,7 +209,7 @@ func (r *planRows) ExpireAwaitingPlans(ctx context.Context, now time.Time) ([]*a
 	return collect(rows, scanPlan)
 }
 
-func (r *planRows) UpdatePlanStatus(ctx context.Context, p *rules.StatusParams) (*airlock.Plan, error) {
+func (r *planRows) UpdatePlanStatus(ctx context.Context, p *airlock.SetPlanStatusParams) (*airlock.Plan, error) {
 	from := make([]string, len(p.From))
 	for i, f := range p.From {
 		from[i] = string(f)
@@ -218,7 +218,7 @@ func (r *planRows) UpdatePlanStatus(ctx context.Context, p *rules.StatusParams) 
 		WHERE id = $1 AND status = ANY($6) RETURNING `+planColumns, p.ID, string(p.To), nullText(p.Result), p.Error, p.At, from))
 }
 
-func (r *planRows) MarkPlanWithdrawn(ctx context.Context, p *rules.WithdrawParams) (*airlock.Plan, error) {
+func (r *planRows) MarkPlanWithdrawn(ctx context.Context, p *airlock.WithdrawPlanParams) (*airlock.Plan, error) {
 	return scanPlan(r.tx.QueryRow(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = $2, decision_reason = $3,
 		decided_at = $4, updated_at = $4 WHERE id = $1 AND status = 'awaiting_approval' RETURNING `+planColumns, p.ID, p.By, p.Reason, p.At))
 }

@@ -144,7 +144,8 @@ func (s *Store) Watch(ctx context.Context, key string) error {
 }
 
 // Release implements airlock.Store.
-func (s *Store) Release(ctx context.Context, key, owner string) error {
+func (s *Store) Release(ctx context.Context, p *airlock.ReleaseParams) error {
+	key, owner := p.Key, p.Owner
 	return s.changeAndNotify(ctx, `WITH d AS (
 			DELETE FROM airlock_records WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, tool, run_id),
 		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, error, actor)
@@ -173,7 +174,8 @@ func (s *Store) changeAndNotify(ctx context.Context, sql string, args ...any) er
 }
 
 // Heartbeat implements airlock.Store.
-func (s *Store) Heartbeat(ctx context.Context, key, owner string, leaseUntil time.Time) error {
+func (s *Store) Heartbeat(ctx context.Context, p *airlock.HeartbeatParams) error {
+	key, owner, leaseUntil := p.Key, p.Owner, p.LeaseUntil
 	tag, err := s.pool.Exec(ctx, `UPDATE airlock_records SET lease_until = $3
 		WHERE key = $1 AND owner = $2 AND state = 'running'`, key, owner, leaseUntil)
 	if err != nil {
@@ -201,7 +203,8 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 }
 
 // ExpireLease implements airlock.Store.
-func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error) {
+func (s *Store) ExpireLease(ctx context.Context, p *airlock.ExpireLeaseParams) (bool, error) {
+	key, now, note := p.Key, p.Now, p.Note
 	err := s.changeAndNotify(ctx, `WITH u AS (
 			UPDATE airlock_records SET state = 'in_doubt', note = $2, owner = '', updated_at = $3
 			WHERE key = $1 AND state = 'running' AND lease_until < $3 RETURNING key, tool, run_id),
@@ -215,7 +218,8 @@ func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note
 }
 
 // TakeOver implements airlock.Store.
-func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*airlock.Record, bool, error) {
+func (s *Store) TakeOver(ctx context.Context, p *airlock.TakeOverParams) (*airlock.Record, bool, error) {
+	key, owner, now, leaseUntil := p.Key, p.Owner, p.Now, p.LeaseUntil
 	var rec *airlock.Record
 	err := s.audited(ctx, func(br pgx.BatchResults) error {
 		var err error
@@ -304,7 +308,8 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 }
 
 // CountRunCalls implements airlock.Store.
-func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, error) {
+func (s *Store) CountRunCalls(ctx context.Context, p *airlock.CountRunCallsParams) (int, error) {
+	runID, tool := p.RunID, p.Tool
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM airlock_records WHERE run_id = $1 AND tool = $2`, runID, tool).Scan(&n)
 	return n, err

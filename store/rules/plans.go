@@ -9,7 +9,6 @@ package rules
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -34,10 +33,10 @@ type PlanRows interface {
 	ExpireAwaitingPlans(ctx context.Context, now time.Time) ([]*airlock.Plan, error)
 	// UpdatePlanStatus moves a plan in one of p.From to p.To and returns it
 	// as it now is; ErrNotFound when it was in none of them.
-	UpdatePlanStatus(ctx context.Context, p *StatusParams) (*airlock.Plan, error)
+	UpdatePlanStatus(ctx context.Context, p *airlock.SetPlanStatusParams) (*airlock.Plan, error)
 	// MarkPlanWithdrawn moves an awaiting plan to withdrawn and returns it
 	// as it now is; ErrNotFound when it was not awaiting.
-	MarkPlanWithdrawn(ctx context.Context, p *WithdrawParams) (*airlock.Plan, error)
+	MarkPlanWithdrawn(ctx context.Context, p *airlock.WithdrawPlanParams) (*airlock.Plan, error)
 	// AppendAudit adds events to the audit log.
 	AppendAudit(ctx context.Context, events ...*airlock.AuditEvent) error
 	// EnqueueCommit inserts the commit job of an approved plan (nothing
@@ -52,24 +51,6 @@ type PlanRows interface {
 type DecisionParams struct {
 	ID     string
 	Status airlock.PlanStatus // approved or rejected
-	By     string
-	Reason string
-	At     time.Time
-}
-
-// StatusParams are a status change's row update.
-type StatusParams struct {
-	ID     string
-	From   []airlock.PlanStatus
-	To     airlock.PlanStatus
-	Result json.RawMessage // nil keeps the plan's result
-	Error  string
-	At     time.Time
-}
-
-// WithdrawParams are a withdrawal's row update.
-type WithdrawParams struct {
-	ID     string
 	By     string
 	Reason string
 	At     time.Time
@@ -149,7 +130,7 @@ func ExpirePlans(ctx context.Context, x PlanRows, now time.Time) ([]*airlock.Pla
 
 // SetPlanStatus moves a plan from one of p.From to p.To with its audit
 // event; false when it was in none of them (nothing changed).
-func SetPlanStatus(ctx context.Context, x PlanRows, p *StatusParams) (bool, error) {
+func SetPlanStatus(ctx context.Context, x PlanRows, p *airlock.SetPlanStatusParams) (bool, error) {
 	plan, err := x.UpdatePlanStatus(ctx, p)
 	if errors.Is(err, airlock.ErrNotFound) {
 		return false, nil
@@ -163,7 +144,7 @@ func SetPlanStatus(ctx context.Context, x PlanRows, p *StatusParams) (bool, erro
 // WithdrawPlan withdraws an awaiting plan on its proposer's word, audited
 // with the proposer as actor. False, with the plan as it is, when it no
 // longer awaited approval; ErrNotFound when there is no such plan.
-func WithdrawPlan(ctx context.Context, x PlanRows, p *WithdrawParams) (*airlock.Plan, bool, error) {
+func WithdrawPlan(ctx context.Context, x PlanRows, p *airlock.WithdrawPlanParams) (*airlock.Plan, bool, error) {
 	plan, err := x.MarkPlanWithdrawn(ctx, p)
 	if errors.Is(err, airlock.ErrNotFound) {
 		plan, err = x.PlanByID(ctx, p.ID)

@@ -114,10 +114,10 @@ func (s *Store) ExpirePlans(ctx context.Context, now time.Time) ([]*airlock.Plan
 }
 
 // SetPlanStatus implements airlock.PlanStore (store/rules.SetPlanStatus).
-func (s *Store) SetPlanStatus(ctx context.Context, id string, from []airlock.PlanStatus, status airlock.PlanStatus, result json.RawMessage, errText string, now time.Time) (bool, error) {
+func (s *Store) SetPlanStatus(ctx context.Context, p *airlock.SetPlanStatusParams) (bool, error) {
 	var changed bool
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
-		changed, err = rules.SetPlanStatus(ctx, s.planRows(tx), &rules.StatusParams{ID: id, From: from, To: status, Result: result, Error: errText, At: now})
+		changed, err = rules.SetPlanStatus(ctx, s.planRows(tx), p)
 		return err
 	})
 	return changed, err
@@ -154,13 +154,13 @@ func (s *Store) WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error
 }
 
 // WithdrawPlan implements airlock.PlanStore (store/rules.WithdrawPlan).
-func (s *Store) WithdrawPlan(ctx context.Context, id, by, reason string, now time.Time) (*airlock.Plan, bool, error) {
+func (s *Store) WithdrawPlan(ctx context.Context, p *airlock.WithdrawPlanParams) (*airlock.Plan, bool, error) {
 	var (
 		out       *airlock.Plan
 		withdrawn bool
 	)
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) (err error) {
-		out, withdrawn, err = rules.WithdrawPlan(ctx, s.planRows(tx), &rules.WithdrawParams{ID: id, By: by, Reason: reason, At: now})
+		out, withdrawn, err = rules.WithdrawPlan(ctx, s.planRows(tx), p)
 		return err
 	})
 	return out, withdrawn, err
@@ -211,7 +211,7 @@ func (r *planRows) ExpireAwaitingPlans(ctx context.Context, now time.Time) ([]*a
 	return collect(rows, scanPlan)
 }
 
-func (r *planRows) UpdatePlanStatus(ctx context.Context, p *rules.StatusParams) (*airlock.Plan, error) {
+func (r *planRows) UpdatePlanStatus(ctx context.Context, p *airlock.SetPlanStatusParams) (*airlock.Plan, error) {
 	q := `UPDATE airlock_plans SET status = ?, result = COALESCE(?, result), error = ?, updated_at = ? WHERE id = ? AND status IN (` +
 		strings.TrimSuffix(strings.Repeat("?,", len(p.From)), ",") + `) RETURNING ` + planColumns
 	args := []any{string(p.To), nullText(p.Result), p.Error, micros(p.At), p.ID}
@@ -221,7 +221,7 @@ func (r *planRows) UpdatePlanStatus(ctx context.Context, p *rules.StatusParams) 
 	return scanPlan(r.tx.QueryRowContext(ctx, q, args...))
 }
 
-func (r *planRows) MarkPlanWithdrawn(ctx context.Context, p *rules.WithdrawParams) (*airlock.Plan, error) {
+func (r *planRows) MarkPlanWithdrawn(ctx context.Context, p *airlock.WithdrawPlanParams) (*airlock.Plan, error) {
 	return scanPlan(r.tx.QueryRowContext(ctx, `UPDATE airlock_plans SET status = 'withdrawn', decided_by = ?, decision_reason = ?,
 		decided_at = ?, updated_at = ? WHERE id = ? AND status = 'awaiting_approval' RETURNING `+planColumns,
 		p.By, p.Reason, micros(p.At), micros(p.At), p.ID))

@@ -159,7 +159,8 @@ func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
 }
 
 // Release implements airlock.Store.
-func (s *Store) Release(ctx context.Context, key, owner string) error {
+func (s *Store) Release(ctx context.Context, p *airlock.ReleaseParams) error {
+	key, owner := p.Key, p.Owner
 	lost := false
 	err := s.do(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		var tool, run string
@@ -181,7 +182,8 @@ func (s *Store) Release(ctx context.Context, key, owner string) error {
 }
 
 // Heartbeat implements airlock.Store.
-func (s *Store) Heartbeat(ctx context.Context, key, owner string, leaseUntil time.Time) error {
+func (s *Store) Heartbeat(ctx context.Context, p *airlock.HeartbeatParams) error {
+	key, owner, leaseUntil := p.Key, p.Owner, p.LeaseUntil
 	lost := false
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
 		res, err := s.exec(ctx, tx, heartbeatSQL, micros(leaseUntil), key, owner)
@@ -213,7 +215,8 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]
 }
 
 // ExpireLease implements airlock.Store.
-func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note string) (bool, error) {
+func (s *Store) ExpireLease(ctx context.Context, p *airlock.ExpireLeaseParams) (bool, error) {
+	key, now, note := p.Key, p.Now, p.Note
 	var ok bool
 	err := s.do(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		var tool, run string
@@ -233,7 +236,8 @@ func (s *Store) ExpireLease(ctx context.Context, key string, now time.Time, note
 }
 
 // TakeOver implements airlock.Store.
-func (s *Store) TakeOver(ctx context.Context, key, owner string, now, leaseUntil time.Time) (*airlock.Record, bool, error) {
+func (s *Store) TakeOver(ctx context.Context, p *airlock.TakeOverParams) (*airlock.Record, bool, error) {
+	key, owner, now, leaseUntil := p.Key, p.Owner, p.Now, p.LeaseUntil
 	var rec *airlock.Record
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
 		r, err := scanRecord(tx.QueryRowContext(ctx, `UPDATE airlock_records
@@ -339,7 +343,8 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 }
 
 // CountRunCalls implements airlock.Store.
-func (s *Store) CountRunCalls(ctx context.Context, runID, tool string) (int, error) {
+func (s *Store) CountRunCalls(ctx context.Context, p *airlock.CountRunCallsParams) (int, error) {
+	runID, tool := p.RunID, p.Tool
 	var n int
 	err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM airlock_records WHERE run_id = ? AND tool = ?`, runID, tool).Scan(&n)
 	return n, err

@@ -121,12 +121,12 @@ func runPlans(t *testing.T, newStore NewStore) {
 		if len(all) != 2 || all[0].ID != old.ID {
 			t.Fatalf("list, oldest first: %d plans", len(all))
 		}
-		ok, err := s.SetPlanStatus(ctx, fresh.ID, []airlock.PlanStatus{airlock.PlanApproved}, airlock.PlanCommitting, nil, "", now)
+		ok, err := s.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: fresh.ID, From: []airlock.PlanStatus{airlock.PlanApproved}, To: airlock.PlanCommitting, At: now})
 		must(t, err)
 		if ok {
 			t.Fatal("status moved from a status the plan was not in")
 		}
-		ok, err = s.SetPlanStatus(ctx, fresh.ID, []airlock.PlanStatus{airlock.PlanAwaitingApproval}, airlock.PlanCommitted, json.RawMessage(`{"ok":true}`), "", now)
+		ok, err = s.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: fresh.ID, From: []airlock.PlanStatus{airlock.PlanAwaitingApproval}, To: airlock.PlanCommitted, Result: json.RawMessage(`{"ok":true}`), Error: "", At: now})
 		must(t, err)
 		got, _ := s.GetPlan(ctx, fresh.ID)
 		if !ok || got.Status != airlock.PlanCommitted || string(got.Result) != `{"ok":true}` {

@@ -213,10 +213,10 @@ func runStore(t *testing.T, newStore NewStore) {
 		key := Key("release")
 		_, _, err := s.Claim(ctx, claimOf(key, "o1", now, time.Minute))
 		must(t, err)
-		if err := s.Release(ctx, key, "o2"); !errors.Is(err, airlock.ErrLeaseLost) {
+		if err := s.Release(ctx, &airlock.ReleaseParams{Key: key, Owner: "o2"}); !errors.Is(err, airlock.ErrLeaseLost) {
 			t.Fatalf("release by another owner: %v", err)
 		}
-		must(t, s.Release(ctx, key, "o1"))
+		must(t, s.Release(ctx, &airlock.ReleaseParams{Key: key, Owner: "o1"}))
 		_, claimed, err := s.Claim(ctx, claimOf(key, "o3", now, time.Minute))
 		must(t, err)
 		if !claimed {
@@ -230,8 +230,8 @@ func runStore(t *testing.T, newStore NewStore) {
 		key := Key("beat")
 		_, _, err := s.Claim(ctx, claimOf(key, "o1", now, time.Second))
 		must(t, err)
-		must(t, s.Heartbeat(ctx, key, "o1", now.Add(time.Hour)))
-		if err := s.Heartbeat(ctx, key, "o2", now.Add(time.Hour)); !errors.Is(err, airlock.ErrLeaseLost) {
+		must(t, s.Heartbeat(ctx, &airlock.HeartbeatParams{Key: key, Owner: "o1", LeaseUntil: now.Add(time.Hour)}))
+		if err := s.Heartbeat(ctx, &airlock.HeartbeatParams{Key: key, Owner: "o2", LeaseUntil: now.Add(time.Hour)}); !errors.Is(err, airlock.ErrLeaseLost) {
 			t.Fatalf("heartbeat by another owner: %v", err)
 		}
 		recs, err := s.ExpiredLeases(ctx, now.Add(time.Minute), 10)
@@ -249,7 +249,7 @@ func runStore(t *testing.T, newStore NewStore) {
 		key := Key("expire")
 		_, _, err := s.Claim(ctx, claimOf(key, "dead", now, time.Second))
 		must(t, err)
-		ok, err := s.ExpireLease(ctx, key, now, "too early")
+		ok, err := s.ExpireLease(ctx, &airlock.ExpireLeaseParams{Key: key, Now: now, Note: "too early"})
 		must(t, err)
 		if ok {
 			t.Fatal("a live lease was expired")
@@ -267,7 +267,7 @@ func runStore(t *testing.T, newStore NewStore) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ok, err := s.ExpireLease(ctx, key, later, "lease expired")
+				ok, err := s.ExpireLease(ctx, &airlock.ExpireLeaseParams{Key: key, Now: later, Note: "lease expired"})
 				if err != nil {
 					t.Error(err)
 				}
@@ -304,7 +304,7 @@ func runStore(t *testing.T, newStore NewStore) {
 			key := Key(fmt.Sprintf("doubt-%d", i))
 			_, _, err := s.Claim(ctx, claimOf(key, "dead", now, time.Second))
 			must(t, err)
-			ok, err := s.ExpireLease(ctx, key, now.Add(time.Duration(i/3)*time.Minute+time.Hour), "lease expired")
+			ok, err := s.ExpireLease(ctx, &airlock.ExpireLeaseParams{Key: key, Now: now.Add(time.Duration(i/3)*time.Minute + time.Hour), Note: "lease expired"})
 			must(t, err)
 			if !ok {
 				t.Fatal("not expired")
@@ -364,7 +364,7 @@ func runStore(t *testing.T, newStore NewStore) {
 		key := Key("takeover")
 		_, _, err := s.Claim(ctx, claimOf(key, "dead", now, time.Second))
 		must(t, err)
-		if _, ok, err := s.TakeOver(ctx, key, "early", now, now.Add(time.Minute)); err != nil || ok {
+		if _, ok, err := s.TakeOver(ctx, &airlock.TakeOverParams{Key: key, Owner: "early", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil || ok {
 			t.Fatalf("take over a live lease: ok=%v err=%v", ok, err)
 		}
 		later := now.Add(time.Minute)
@@ -374,7 +374,7 @@ func runStore(t *testing.T, newStore NewStore) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rec, ok, err := s.TakeOver(ctx, key, fmt.Sprintf("r%d", i), later, later.Add(time.Minute))
+				rec, ok, err := s.TakeOver(ctx, &airlock.TakeOverParams{Key: key, Owner: fmt.Sprintf("r%d", i), Now: later, LeaseUntil: later.Add(time.Minute)})
 				if err != nil {
 					t.Error(err)
 				}

@@ -169,12 +169,12 @@ func RunTasks(t *testing.T, newStore NewStore) {
 		p, _, err := s.CreatePlan(ctx, newPlan(Key("w"), airlock.PlanAwaitingApproval, now))
 		must(t, err)
 		at := now.Add(time.Minute)
-		got, ok, err := s.WithdrawPlan(ctx, p.ID, "agent-a", "withdrawn by its proposer", at)
+		got, ok, err := s.WithdrawPlan(ctx, &airlock.WithdrawPlanParams{ID: p.ID, By: "agent-a", Reason: "withdrawn by its proposer", At: at})
 		must(t, err)
 		if !ok || got.Status != airlock.PlanWithdrawn || got.DecidedBy != "agent-a" || !got.DecidedAt.Equal(at) || !got.Status.Final() {
 			t.Fatalf("withdrawn: %v %+v", ok, got)
 		}
-		again, ok, err := s.WithdrawPlan(ctx, p.ID, "agent-a", "again", at)
+		again, ok, err := s.WithdrawPlan(ctx, &airlock.WithdrawPlanParams{ID: p.ID, By: "agent-a", Reason: "again", At: at})
 		must(t, err)
 		if ok || again.Status != airlock.PlanWithdrawn || again.DecisionReason != "withdrawn by its proposer" {
 			t.Fatalf("withdrawn twice: %v %+v", ok, again)
@@ -193,12 +193,12 @@ func RunTasks(t *testing.T, newStore NewStore) {
 		// An approved plan is not withdrawn: it is already being done.
 		ap, _, err := s.CreatePlan(ctx, newPlan(Key("w"), airlock.PlanApproved, now))
 		must(t, err)
-		still, ok, err := s.WithdrawPlan(ctx, ap.ID, "agent-a", "too late", at)
+		still, ok, err := s.WithdrawPlan(ctx, &airlock.WithdrawPlanParams{ID: ap.ID, By: "agent-a", Reason: "too late", At: at})
 		must(t, err)
 		if ok || still.Status != airlock.PlanApproved {
 			t.Fatalf("approved plan: %v %+v", ok, still)
 		}
-		if _, _, err := s.WithdrawPlan(ctx, "pl_none", "agent-a", "", at); !errors.Is(err, airlock.ErrNotFound) {
+		if _, _, err := s.WithdrawPlan(ctx, &airlock.WithdrawPlanParams{ID: "pl_none", By: "agent-a", Reason: "", At: at}); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("unknown plan: %v", err)
 		}
 	})
