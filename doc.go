@@ -5,10 +5,10 @@
 //   - key derivation (DeriveKey): the key is never shown to the model; it
 //     comes from the tool, the natural-key fields of the arguments (with
 //     their normalizers) and a window such as one business day;
-//   - the guard (Guard.Do): claim the key in the store's unique index, run
-//     the side effect, store the outcome; a repeat gets the first result
-//     with Repeat set, never an error; leases, the reaper, reconciliation
-//     and settlement of in-doubt records;
+//   - the guarded call's vocabulary (Call, Outcome, Answer, SettleRequest);
+//     the engine that runs it — claim the key in the store's unique index,
+//     run the side effect, store the outcome, answer a repeat with the
+//     first result — is package guard, with its maintenance (the Reaper);
 //   - plans of irreversible tools (Plan, CheckDecision) and the audit
 //     events every change writes (AuditEvent);
 //   - the Store interface the drivers implement (store/sqlite,

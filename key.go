@@ -423,6 +423,17 @@ func NormalizeKeyFields(t *Tool, args map[string]any) map[string]any {
 	return out
 }
 
+// ArgsHash is the hash a record keeps of a call's arguments: of their
+// canonical form with the natural-key fields normalized as the key took
+// them, so that values that normalize alike are not a conflict.
+func (d *Derivation) ArgsHash(tool *Tool, args *Args) string {
+	hashed := args.JSON() // nil is {}: Args' methods say so
+	if normalizes(args.Value(), d.Parts.Fields) {
+		hashed = CanonicalArgs(NormalizeKeyFields(tool, args.Value()))
+	}
+	return ArgsHash(hashed)
+}
+
 // normalizes reports whether NormalizeKeyFields would change args: some
 // natural-key field is not a string or its normalizers change it. When
 // nothing changes, the arguments' hash is the hash of their canonical form

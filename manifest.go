@@ -187,6 +187,9 @@ func (l *Limits) RunIDBytesOr() int {
 	return int(l.RunIDBytes.Bytes)
 }
 
+// DefaultCacheBytes bounds the record cache by bytes (Config.CacheBytes).
+const DefaultCacheBytes = 64 << 20
+
 // CacheBytesOr returns the cache's byte bound, DefaultCacheBytes when unset.
 func (l *Limits) CacheBytesOr() int64 {
 	if l.CacheBytes == nil || l.CacheBytes.err != nil {

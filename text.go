@@ -128,18 +128,18 @@ func hex4(b []byte) int {
 	return v
 }
 
-// storableText is upstream text (an error message) as the store can hold
+// StorableText is upstream text (an error message) as the store can hold
 // it: invalid bytes and NUL become U+FFFD.
-func storableText(s string) string {
+func StorableText(s string) string {
 	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
 		return s
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
-// storableJSON is an upstream's JSON result as the store can hold it:
+// StorableJSON is an upstream's JSON result as the store can hold it:
 // invalid bytes (inside strings, in JSON that parsed) become U+FFFD.
-func storableJSON(b []byte) []byte {
+func StorableJSON(b []byte) []byte {
 	if b == nil || utf8.Valid(b) {
 		return b
 	}

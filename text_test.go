@@ -2,7 +2,6 @@ package airlock
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 )
@@ -75,46 +74,13 @@ func TestCheckRunID(t *testing.T) {
 
 func TestStorableTextAndJSON(t *testing.T) {
 	t.Parallel()
-	if got := storableText("a\x00b\xffc"); got != "a\uFFFDb\uFFFDc" {
-		t.Errorf("storableText: %q", got)
+	if got := StorableText("a\x00b\xffc"); got != "a\uFFFDb\uFFFDc" {
+		t.Errorf("StorableText: %q", got)
 	}
-	if got := string(storableJSON([]byte("{\"a\":\"x\xffy\"}"))); got != "{\"a\":\"x\uFFFDy\"}" {
-		t.Errorf("storableJSON: %q", got)
+	if got := string(StorableJSON([]byte("{\"a\":\"x\xffy\"}"))); got != "{\"a\":\"x\uFFFDy\"}" {
+		t.Errorf("StorableJSON: %q", got)
 	}
-	if got := storableJSON([]byte(`{"a":1}`)); string(got) != `{"a":1}` {
+	if got := StorableJSON([]byte(`{"a":1}`)); string(got) != `{"a":1}` {
 		t.Errorf("valid JSON changed: %q", got)
 	}
-}
-
-// The record cache holds at most its byte budget: records of a megabyte
-// each push the oldest out, and one over a tenth of the budget is not
-// cached at all.
-func TestRecordCacheIsBoundedByBytes(t *testing.T) {
-	t.Parallel()
-	c := newRecordCache(10000, 10<<20)
-	big := strings.Repeat("x", 900<<10)
-	for i := range 100 {
-		c.put(&Record{Key: fmt.Sprint("k", i), State: StateSucceeded, RunID: big})
-	}
-	n, bytes := c.usage()
-	if bytes > 10<<20 || n > 11 || n == 0 {
-		t.Fatalf("%d records, %d bytes: want at most 10 MiB", n, bytes)
-	}
-	if c.get("k99") == nil || c.get("k0") != nil {
-		t.Fatal("want the newest kept and the oldest gone")
-	}
-	c.put(&Record{Key: "huge", State: StateSucceeded, Result: []byte(strings.Repeat("y", 2<<20))})
-	if c.get("huge") != nil {
-		t.Fatal("a record over a tenth of the budget was cached")
-	}
-}
-
-// usage is the cache's records and bytes.
-func (c *recordCache) usage() (int, int64) {
-	if c == nil {
-		return 0, 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ll.Len(), c.bytes
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/jwt"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/upstream"
@@ -65,7 +66,7 @@ type Config struct {
 	// Manifest lists the tools. Required (prepared).
 	Manifest *airlock.Manifest
 	// Guard runs write tools at most once per key. Required.
-	Guard *airlock.Guard
+	Guard *guard.Guard
 	// Store is pinged by /readyz and read by /v1/report. Required.
 	Store Store
 	// Upstreams executes tools, by upstream name (the manifest's upstreams).
@@ -139,7 +140,7 @@ type Store interface {
 // Gateway serves the tools.
 type Gateway struct {
 	m           *airlock.Manifest
-	guard       *airlock.Guard
+	guard       *guard.Guard
 	store       Store
 	callers     map[string]upstream.Caller // by tool name
 	schemas     map[string]*argsSchema

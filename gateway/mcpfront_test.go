@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store/sqlite"
 	"github.com/airlockhq/airlock/upstream"
@@ -56,7 +57,7 @@ func frontGatewayWith(t *testing.T, yaml string, funcs map[string]upstream.Calle
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	guard := airlock.NewGuard(s, nil)
+	guard := guard.New(s, nil)
 	t.Cleanup(guard.Close)
 	cfg := gateway.Config{Manifest: m, Guard: guard, Store: s, MaxBody: 4096,
 		Funcs:  funcs,

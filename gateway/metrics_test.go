@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
@@ -73,7 +74,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := airlock.NewGuard(s, &airlock.GuardConfig{Observer: met})
+	guard := guard.New(s, &guard.Config{Observer: met})
 	defer guard.Close()
 	svc := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
 		var in struct {
@@ -178,7 +179,7 @@ func TestReportFromTheStore(t *testing.T) {
 	}
 	defer s.Close()
 	_ = s.Migrate(context.Background())
-	guard := airlock.NewGuard(s, nil)
+	guard := guard.New(s, nil)
 	svc := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
 		if req.Tool.Name == "lookup" {
 			if strings.Contains(string(req.Args), "BIG") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/testdb"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store"
@@ -52,7 +53,7 @@ func TestReadyMeansAClaimCanBeWritten(t *testing.T) {
 		{"read-only", readOnly, http.StatusServiceUnavailable, "does not take writes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			guard := airlock.NewGuard(tc.store, nil)
+			guard := guard.New(tc.store, nil)
 			defer guard.Close()
 			g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: tc.store, Funcs: frontFuncs()})
 			if err != nil {

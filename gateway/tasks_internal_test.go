@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store/sqlite"
 	"github.com/airlockhq/airlock/upstream"
@@ -42,7 +43,7 @@ tools:
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	guard := airlock.NewGuard(s, nil)
+	guard := guard.New(s, nil)
 	t.Cleanup(guard.Close)
 	g, err := New(Config{Manifest: m, Guard: guard, Store: s, Funcs: map[string]upstream.Caller{"lookup": upstream.Func(
 		func(context.Context, *upstream.Request) airlock.Outcome {

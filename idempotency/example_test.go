@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/idempotency"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
@@ -23,7 +23,7 @@ func ExampleMiddleware() {
 	s, _ := sqlite.Open(filepath.Join(dir, "payments.db"), nil)
 	defer s.Close()
 	_ = s.Migrate(context.Background())
-	guard := airlock.NewGuard(s, nil)
+	guard := guard.New(s, nil)
 	defer guard.Close()
 
 	payments := 0

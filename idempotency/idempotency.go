@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 )
 
 // Header names.
@@ -50,7 +51,7 @@ type stored struct {
 }
 
 // Middleware wraps next. Only POST, PUT, PATCH and DELETE are guarded.
-func Middleware(guard *airlock.Guard, cfg *Config, next http.Handler) http.Handler {
+func Middleware(guard *guard.Guard, cfg *Config, next http.Handler) http.Handler {
 	if cfg == nil {
 		cfg = &Config{}
 	}

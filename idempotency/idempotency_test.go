@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/idempotency"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
@@ -32,7 +32,7 @@ func setup(t *testing.T) bundle {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	g := airlock.NewGuard(s, nil)
+	g := guard.New(s, nil)
 	var execs atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := execs.Add(1)

@@ -191,7 +191,7 @@ func OldestWait(w airlock.WaitingPlans, now time.Time) time.Duration {
 	return max(0, now.Sub(w.Oldest))
 }
 
-// SideEffect implements airlock.Observer.
+// SideEffect implements guard.Observer.
 func (m *Metrics) SideEffect(tool *airlock.Tool, out airlock.Outcome, took time.Duration, timedOut bool) {
 	m.ToolDuration.WithLabelValues(tool.Name).Observe(took.Seconds())
 	if timedOut {
@@ -261,10 +261,10 @@ func (m *Metrics) Expired(tool string, waited time.Duration) {
 	m.PlansExpired.WithLabelValues(tool).Inc()
 }
 
-// AuditLost implements airlock.Observer.
+// AuditLost implements guard.Observer.
 func (m *Metrics) AuditLost(n int) { m.AuditLostTotal.Add(float64(n)) }
 
-// Settled implements airlock.Observer.
+// Settled implements guard.Observer.
 func (m *Metrics) Settled(tool string, happened bool, by string) {
 	if by != airlock.ActorReconcile {
 		by = "person"

@@ -27,7 +27,7 @@ import (
 // Caller finds the upstream of a tool (lookups and commits).
 type Caller func(tool *airlock.Tool) (upstream.Caller, bool)
 
-// Committer runs a commit through the guarded call; *airlock.Guard is one.
+// Committer runs a commit through the guarded call; *guard.Guard is one.
 type Committer interface {
 	DoKeyed(ctx context.Context, kc *airlock.KeyedCall, fn airlock.SideEffect) (*airlock.Answer, error)
 }

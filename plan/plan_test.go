@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/testdb"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/plan/riverqueue"
@@ -153,7 +154,7 @@ func setup(t *testing.T, d driver) *bundle {
 	}
 	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000, "WD-24817": 100000}, approvals: map[string]int{}}
 	s, startWorker := d.open(t)
-	guard := airlock.NewGuard(s, nil)
+	guard := guard.New(s, nil)
 	clock, obs := &testClock{}, &recorder{}
 	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: l.caller, Clock: clock, Observer: obs})
 	if err != nil {
@@ -437,7 +438,7 @@ func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 	}
 	defer s.Close()
 	_ = s.Migrate(context.Background())
-	g := airlock.NewGuard(s, nil)
+	g := guard.New(s, nil)
 	defer g.Close()
 	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000}, approvals: map[string]int{}}
 	secret := []byte("hook-secret")

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/bench"
 	"github.com/airlockhq/airlock/internal/testdb"
 	"github.com/airlockhq/airlock/store"
@@ -59,7 +60,7 @@ func childRace() int {
 		return 1
 	}
 	defer s.Close()
-	g := airlock.NewGuard(s, nil)
+	g := guard.New(s, nil)
 	defer g.Close()
 	var keys int
 	_, _ = fmt.Sscan(os.Getenv(envKeys), &keys)
@@ -82,7 +83,7 @@ func childHang() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	g := airlock.NewGuard(s, &airlock.GuardConfig{Lease: 2 * time.Second})
+	g := guard.New(s, &guard.Config{Lease: 2 * time.Second})
 	args := airlock.ArgsOf(map[string]any{"record_id": os.Getenv(envKeySpace)})
 	_, err = g.Do(ctx, &airlock.Call{Tool: crashTool(), Args: args}, func(context.Context, string) airlock.Outcome {
 		fmt.Println("CLAIMED")
@@ -209,7 +210,7 @@ func TestKilledMidCallBecomesInDoubt(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				g := airlock.NewGuard(s, &airlock.GuardConfig{Lease: 2 * time.Second})
+				g := guard.New(s, &guard.Config{Lease: 2 * time.Second})
 				defer g.Close()
 				call := &airlock.Call{Tool: crashTool(), Args: airlock.ArgsOf(map[string]any{"record_id": recordID})}
 				ran := 0
@@ -230,7 +231,7 @@ func TestKilledMidCallBecomesInDoubt(t *testing.T) {
 				// After the lease, the reaper (any replica) moves it to in_doubt.
 				deadline := time.Now().Add(15 * time.Second)
 				for {
-					if _, err := g.Reap(ctx); err != nil {
+					if _, err := guard.NewReaper(g, nil).Reap(ctx); err != nil {
 						t.Fatal(err)
 					}
 					rec, err = g.Get(ctx, d.Key)

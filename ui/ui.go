@@ -31,6 +31,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/oidc"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/policy"
@@ -46,7 +47,7 @@ type Principal struct{ Name, Role string }
 type Config struct {
 	Manifest *airlock.Manifest // required
 	Store    Store             // required (the lists and the figures)
-	Guard    *airlock.Guard    // required (settling)
+	Guard    *guard.Guard      // required (settling)
 	Plans    *plan.Service     // required (deciding)
 	// Authenticate maps a bearer token to its principal.
 	Authenticate func(token string) (Principal, bool)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/store/sqlite"
@@ -58,7 +59,7 @@ func TestSignInFormsAndPlans(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	guard := airlock.NewGuard(s, nil)
+	guard := guard.New(s, nil)
 	t.Cleanup(guard.Close)
 	noop := upstream.Func(func(context.Context, *upstream.Request) airlock.Outcome {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded}

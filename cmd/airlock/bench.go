@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/bench"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/store"
@@ -81,7 +82,7 @@ func cmdBench(e *env, args []string) int {
 		return benchCompareAudit(e, s, *db, cfg)
 	}
 	var caller bench.Caller
-	var g *airlock.Guard
+	var g *guard.Guard
 	switch cfg.Impl {
 	case "baseline":
 		switch d := s.(type) {
@@ -101,7 +102,7 @@ func cmdBench(e *env, args []string) int {
 			return fail(e, "--impl baseline: no baseline for this store")
 		}
 	default:
-		g = airlock.NewGuard(s, nil)
+		g = guard.New(s, nil)
 		caller = &bench.GuardCaller{Guard: g, Tool: bench.Tool()}
 	}
 	res := bench.Run(e.ctx, caller, cfg)
@@ -233,8 +234,8 @@ func benchCompareAudit(e *env, on airlock.Store, dsn string, cfg bench.Config) i
 	if space == "" {
 		space = fmt.Sprintf("cmp-%d", time.Now().UnixNano())
 	}
-	run := func(s airlock.Store, observer airlock.Observer, suffix string) bench.Result {
-		g := airlock.NewGuard(s, &airlock.GuardConfig{Observer: observer})
+	run := func(s airlock.Store, observer guard.Observer, suffix string) bench.Result {
+		g := guard.New(s, &guard.Config{Observer: observer})
 		defer g.Close()
 		c := cfg
 		c.KeySpace = space + suffix

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/testdb"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
@@ -355,7 +356,7 @@ func TestAuditVerifyAndExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ := withdrawals.Manifest()
-	g := airlock.NewGuard(s, nil)
+	g := guard.New(s, nil)
 	ctx := airlock.WithActor(context.Background(), "agent-7")
 	for i := range 3 {
 		args := fmt.Sprintf(`{"record_id":"WD-%d","text":"checked"}`, i)
@@ -419,7 +420,7 @@ func TestRecordsShowAndSettle(t *testing.T) {
 	}
 	_ = s.Migrate(context.Background())
 	m, _ := withdrawals.Manifest()
-	g := airlock.NewGuard(s, nil)
+	g := guard.New(s, nil)
 	a, err := g.Do(context.Background(), &airlock.Call{Tool: m.Tool("add_note"), Args: airlock.MustArgs(`{"record_id":"WD-1","text":"x"}`)},
 		func(context.Context, string) airlock.Outcome {
 			return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("connection reset")}

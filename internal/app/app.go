@@ -32,6 +32,7 @@ import (
 	"github.com/airlockhq/airlock/auth/jwt"
 	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/plan/riverqueue"
@@ -107,7 +108,8 @@ type Config struct {
 type App struct {
 	Manifest   *airlock.Manifest
 	Store      airlock.Store
-	Guard      *airlock.Guard
+	Guard      *guard.Guard
+	Reaper     *guard.Reaper // the guard's maintenance: expired leases, purge, reconciliation
 	Plans      *plan.Service
 	Reconciler *reconcile.Reconciler
 	Gateway    *gateway.Gateway
@@ -191,10 +193,12 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	if a.Reconciler.Any() {
 		reconciler = a.Reconciler
 	}
-	a.Guard = airlock.NewGuard(a.Store, &airlock.GuardConfig{
-		Redrive: a.redrive, Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics,
-		Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff, Retention: m.Retention.RecordsOr(), Tracer: cfg.Tracer,
+	a.Guard = guard.New(a.Store, &guard.Config{
+		Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics, Retention: m.Retention.RecordsOr(), Tracer: cfg.Tracer,
 		MaxRunIDBytes: m.Limits.RunIDBytesOr(), CacheBytes: m.Limits.CacheBytesOr(),
+	})
+	a.Reaper = guard.NewReaper(a.Guard, &guard.ReaperConfig{
+		Interval: reapInterval(cfg), Redrive: a.redrive, Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff,
 	})
 	var noticeSecret []byte
 	if n := m.Notify; n.SecretEnv != "" {
@@ -416,13 +420,6 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopLoops = stop
-	reapEvery := a.cfg.ReapEvery
-	if reapEvery <= 0 {
-		reapEvery = 5 * time.Second
-		if lease := a.cfg.Lease; lease > 0 && lease < 2*reapEvery {
-			reapEvery = max(lease/2, 100*time.Millisecond)
-		}
-	}
 	expireEvery := a.cfg.ExpireEvery
 	if expireEvery <= 0 {
 		expireEvery = 10 * time.Second
@@ -431,7 +428,9 @@ func (a *App) Start(ctx context.Context) error {
 	if sealEvery <= 0 {
 		sealEvery = time.Second
 	}
-	a.loop(func() { a.Guard.RunReaper(loopCtx, reapEvery) })
+	if err := a.Reaper.Start(loopCtx); err != nil {
+		return err
+	}
 	a.loop(func() { a.Plans.RunExpiry(loopCtx, expireEvery) })
 	a.loop(func() { audit.RunSealer(loopCtx, a.Store, sealEvery, a.log, a.sealed) })
 	a.loop(func() { a.web.RunPurge(loopCtx, time.Minute) })
@@ -442,6 +441,19 @@ func (a *App) Start(ctx context.Context) error {
 		})
 	})
 	return nil
+}
+
+// reapInterval is Config.ReapEvery, or its default: 5s, or half a shorter
+// lease (at least 100ms).
+func reapInterval(cfg *Config) time.Duration {
+	if cfg.ReapEvery > 0 {
+		return cfg.ReapEvery
+	}
+	every := 5 * time.Second
+	if lease := cfg.Lease; lease > 0 && lease < 2*every {
+		every = max(lease/2, 100*time.Millisecond)
+	}
+	return every
 }
 
 func (a *App) purged(events, figureRows int) {
@@ -490,6 +502,7 @@ func (a *App) Close(ctx context.Context) error {
 	}
 	if a.stopLoops != nil {
 		a.stopLoops()
+		waitOrDone(ctx, a.Reaper.Stop)
 		waitOrDone(ctx, a.loops.Wait)
 	}
 	if a.Guard != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 )
 
 // Modes.
@@ -329,7 +330,7 @@ func pct(d []time.Duration, p float64) int64 {
 // GuardCaller runs calls through an airlock guard with a bench tool whose
 // natural key is record_id, in a forever window.
 type GuardCaller struct {
-	Guard *airlock.Guard
+	Guard *guard.Guard
 	Tool  *airlock.Tool
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/upstream"
 	"github.com/airlockhq/airlock/upstream/httpjson"
@@ -75,7 +76,7 @@ const benchToken = "bench-agent-token"
 // the whole path of a call.
 type Through struct {
 	app         *app.App
-	guard       *airlock.Guard
+	guard       *guard.Guard
 	closeOnce   sync.Once
 	tool        *airlock.Tool
 	upstreamURL string

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/guard"
 )
 
 // Exec runs raw SQL against a store's database, to tamper with the log.
@@ -258,7 +259,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		// insert together (SQLite in chunks of 1, 2, 4 … rows): every call
 		// must still have exactly one claimed and one completed event.
 		s := newStore(t)
-		g := airlock.NewGuard(s, nil)
+		g := guard.New(s, nil)
 		tool := Tool("approve", "forever")
 		prefix := Key("WD")
 		const calls = 157
@@ -320,7 +321,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		// AuditWait is long: a loaded machine (the race detector on two
 		// cores) may stall one write for longer than the default second,
 		// and what is tested here is that callers wait, not for how long.
-		g := airlock.NewGuard(s, &airlock.GuardConfig{AuditBuffer: 8, AuditWait: time.Minute})
+		g := guard.New(s, &guard.Config{AuditBuffer: 8, AuditWait: time.Minute})
 		tool := Tool("approve", "forever")
 		prefix := Key("WD")
 		const keys, callers, repeatsEach = 10, 16, 250
@@ -368,7 +369,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		// is claimed or buffered, and every other repeat's event is
 		// written — one agent cannot take the others' events down.
 		s := newStore(t)
-		g := airlock.NewGuard(s, &airlock.GuardConfig{AuditWait: time.Minute})
+		g := guard.New(s, &guard.Config{AuditWait: time.Minute})
 		tool := Tool("approve", "forever")
 		args := fmt.Sprintf(`{"record_id":"%s"}`, Key("WD"))
 		var c counter
@@ -417,7 +418,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 	t.Run("ChangesWriteTheirEvents", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		g := airlock.NewGuard(s, nil)
+		g := guard.New(s, nil)
 		ctx := airlock.WithActor(context.Background(), "agent-1")
 		tool := Tool("approve", "forever")
 		var c counter
@@ -479,7 +480,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 	t.Run("CompletionsCarryTheirOutcome", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		g := airlock.NewGuard(s, nil)
+		g := guard.New(s, nil)
 		tool := Tool("approve", "forever")
 		tool.Timeout = &airlock.Duration{Duration: 50 * time.Millisecond}
 		ok := call(tool, `{"record_id":"`+Key("OK")+`"}`, "run-1")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 )
 
 // Bench measures the guarded call on a driver: new keys and repeats, with
@@ -18,7 +19,7 @@ func Bench(b *testing.B, newStore NewStore) {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
 	}
 	b.Run("NewCalls", func(b *testing.B) {
-		g := airlock.NewGuard(newStore(b), nil)
+		g := guard.New(newStore(b), nil)
 		defer g.Close()
 		prefix := Key("new")
 		var n atomic.Int64
@@ -35,7 +36,7 @@ func Bench(b *testing.B, newStore NewStore) {
 		})
 	})
 	b.Run("Repeats", func(b *testing.B) {
-		g := airlock.NewGuard(newStore(b), nil)
+		g := guard.New(newStore(b), nil)
 		defer g.Close()
 		prefix := Key("rep")
 		const keys = 1000

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,22 +13,9 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
+	"github.com/jonboulle/clockwork"
 )
-
-// FakeClock is a settable clock.
-type FakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewFakeClock starts at t.
-func NewFakeClock(t time.Time) *FakeClock { return &FakeClock{now: t} }
-
-// Now implements airlock.Clock.
-func (c *FakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-// Set moves the clock.
-func (c *FakeClock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 
 // Tool returns a write tool for tests: natural key record_id (trim, upper),
 // the given window.
@@ -43,17 +31,18 @@ func Tool(name, window string) *airlock.Tool {
 }
 
 type bundle struct {
-	store airlock.Store
-	guard *airlock.Guard
-	ctx   context.Context
+	store  airlock.Store
+	guard  *guard.Guard
+	reaper *guard.Reaper // not started: tests run its passes
+	ctx    context.Context
 }
 
-func setup(t *testing.T, newStore NewStore, cfg *airlock.GuardConfig) *bundle {
+func setup(t *testing.T, newStore NewStore, cfg *guard.Config) *bundle {
 	t.Helper()
 	s := newStore(t)
-	g := airlock.NewGuard(s, cfg)
+	g := guard.New(s, cfg)
 	t.Cleanup(g.Close)
-	return &bundle{store: s, guard: g, ctx: context.Background()}
+	return &bundle{store: s, guard: g, reaper: guard.NewReaper(g, nil), ctx: context.Background()}
 }
 
 // counter is a side effect that counts its executions.
@@ -97,7 +86,7 @@ func runGuard(t *testing.T, newStore NewStore) {
 
 // runGuardTable covers each row of the table in docs/concepts.md, "The guarded call".
 func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
-	cfg := func() *airlock.GuardConfig { return &airlock.GuardConfig{CacheSize: cacheSize} }
+	cfg := func() *guard.Config { return &guard.Config{CacheSize: cacheSize} }
 
 	t.Run("FirstCallThenRepeat", func(t *testing.T) {
 		t.Parallel()
@@ -244,7 +233,7 @@ func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 
 	t.Run("OutcomeUnknownIsRedrivenWhenKeysAreHonoured", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, newStore, &airlock.GuardConfig{CacheSize: cacheSize, RetryBackoff: time.Millisecond})
+		b := setup(t, newStore, &guard.Config{CacheSize: cacheSize, RetryBackoff: time.Millisecond})
 		tool := Tool("approve", "forever")
 		tool.HonorsKey = true
 		var n atomic.Int64
@@ -389,7 +378,7 @@ func runGuardTable(t *testing.T, newStore NewStore, cacheSize int) {
 			first, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
 			must(t, err)
 			// A fresh guard has no cache: the repeat reads the record.
-			fresh := airlock.NewGuard(b.store, nil)
+			fresh := guard.New(b.store, nil)
 			repeat, err := fresh.Do(b.ctx, call(tool, args, "r"), c.fn)
 			fresh.Close()
 			must(t, err)
@@ -485,7 +474,7 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 	t.Run("StoreDownRefusesAndRunsNothing", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		g := airlock.NewGuard(s, nil)
+		g := guard.New(s, nil)
 		defer g.Close()
 		must(t, s.Close())
 		var c counter
@@ -508,7 +497,7 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 			_, _, err = b.store.Claim(b.ctx, &airlock.Claim{Key: d.Key, Tool: tool.Name, RunID: "r", WindowID: "forever",
 				Args: json.RawMessage(args), ArgsHash: airlock.ArgsHash([]byte(args)), Owner: "dead", Now: now.Add(-time.Minute), LeaseUntil: now.Add(-time.Second)})
 			must(t, err)
-			st, err := b.guard.Reap(b.ctx)
+			st, err := b.reaper.Reap(b.ctx)
 			must(t, err)
 			if st.InDoubt < 1 {
 				t.Fatalf("reaper: %+v", st)
@@ -551,7 +540,7 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		// and then the record no longer running: the call must still run
 		// once and end succeeded, not wait for itself or go in doubt.
 		s := &lostReplies{Store: newStore(t)}
-		g := airlock.NewGuard(s, nil)
+		g := guard.New(s, nil)
 		t.Cleanup(g.Close)
 		ctx := context.Background()
 		tool := Tool("approve", "forever")
@@ -577,58 +566,132 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 
 	t.Run("HeartbeatsKeepALongCallsLease", func(t *testing.T) {
 		t.Parallel()
-		// The side effect runs for several leases; a reaper sweeps all
-		// the while. Heartbeats must keep the record running, and the
-		// call must end succeeded with one execution.
-		const lease = time.Second // a heartbeat may be late on a loaded machine; four leases still prove it
-		b := setup(t, newStore, &airlock.GuardConfig{Lease: lease})
-		reaper := airlock.NewGuard(b.store, &airlock.GuardConfig{Lease: lease})
-		t.Cleanup(reaper.Close)
+		// The side effect runs for four leases of the guard's clock; a
+		// reaper of another replica sweeps at every step. Heartbeats must
+		// keep the record running, and the call end succeeded with one
+		// execution. The clock is advanced by hand and the test waits on
+		// what the store holds, never on a sleep.
+		const lease, step = 3 * time.Second, 500 * time.Millisecond // the keeper looks every lease/6
+		clock := clockwork.NewFakeClockAt(time.Now())
+		b := setup(t, newStore, &guard.Config{Lease: lease, Clock: clock})
+		other := guard.New(b.store, &guard.Config{Lease: lease, Clock: clock})
+		t.Cleanup(other.Close)
+		reaper := guard.NewReaper(other, nil)
 		tool := Tool("approve", "forever")
 		args := `{"record_id":"` + Key("WD") + `"}`
 		d, err := b.guard.Derive(call(tool, args, "r"))
 		must(t, err)
-		c := counter{delay: 4 * lease}
+		var runs atomic.Int64
+		started, finish := make(chan struct{}), make(chan struct{})
+		var finished sync.Once
+		end := func() { finished.Do(func() { close(finish) }) }
+		defer end() // a failing step must not leave the call (and Close) waiting
+		fn := func(ctx context.Context, _ string) airlock.Outcome {
+			runs.Add(1)
+			close(started)
+			<-finish
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
+		}
 		done := make(chan *airlock.Answer, 1)
 		go func() {
-			a, err := b.guard.Do(b.ctx, call(tool, args, "r"), c.fn)
+			a, err := b.guard.Do(b.ctx, call(tool, args, "r"), fn)
 			if err != nil {
 				t.Error(err)
 			}
 			done <- a
 		}()
-		var first time.Time
-		for {
-			select {
-			case a := <-done:
-				if a == nil || a.Status != airlock.StatusSucceeded || c.n.Load() != 1 {
-					t.Fatalf("long call: %+v, executions %d", a, c.n.Load())
+		<-started
+		// Waiters on the clock: two audit buffers' flush tickers, the
+		// tool's timeout and the lease keeper's ticker.
+		wctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		must(t, clock.BlockUntilContext(wctx, 4))
+		claimed := clock.Now()
+		leaseUntil := func() time.Time {
+			rec, err := b.store.Get(b.ctx, d.Key)
+			must(t, err)
+			if rec.State != airlock.StateRunning {
+				t.Fatalf("record during the call: %+v", rec)
+			}
+			return rec.LeaseUntil
+		}
+		for k := 1; k <= int(4*lease/step); k++ {
+			clock.Advance(step)
+			if k%2 == 0 {
+				// A renewal was due (lease/3 after the last): wait for it.
+				want := claimed.Add(time.Duration(k) * step).Add(lease)
+				for !leaseUntil().Equal(want.Truncate(time.Microsecond)) {
+					if wctx.Err() != nil {
+						t.Fatalf("step %d: lease until %v, want %v (renewed at the clock's time)", k, leaseUntil(), want)
+					}
+					runtime.Gosched()
 				}
-				rec, err := b.store.Get(b.ctx, d.Key)
-				must(t, err)
-				if rec.State != airlock.StateSucceeded {
-					t.Fatalf("record after a long call: %+v", rec)
-				}
-				return
-			case <-time.After(lease / 6):
 			}
 			st, err := reaper.Reap(b.ctx)
 			must(t, err)
 			if st.InDoubt != 0 || st.Redriven != 0 {
-				t.Fatalf("the reaper took a record whose owner was heartbeating: %+v", st)
+				t.Fatalf("step %d: the reaper took a record whose owner was heartbeating: %+v", k, st)
 			}
-			rec, err := b.store.Get(b.ctx, d.Key)
-			if errors.Is(err, airlock.ErrNotFound) {
-				continue // not claimed yet
-			}
+		}
+		end()
+		a := <-done
+		if a == nil || a.Status != airlock.StatusSucceeded || runs.Load() != 1 {
+			t.Fatalf("long call: %+v, executions %d", a, runs.Load())
+		}
+		rec, err := b.store.Get(b.ctx, d.Key)
+		must(t, err)
+		if rec.State != airlock.StateSucceeded {
+			t.Fatalf("record after a long call: %+v", rec)
+		}
+	})
+
+	t.Run("ReaperRunsOnTheGuardsClockUntilStopped", func(t *testing.T) {
+		t.Parallel()
+		// Started, the reaper passes every Interval of the guard's clock:
+		// nothing happens until the clock moves, and after Stop nothing more.
+		clock := clockwork.NewFakeClockAt(time.Now())
+		b := setup(t, newStore, &guard.Config{Clock: clock})
+		r := guard.NewReaper(b.guard, &guard.ReaperConfig{Interval: time.Minute})
+		tool := Tool("approve", "forever")
+		claimDead := func() string {
+			args := `{"record_id":"` + Key("WD") + `"}`
+			d, err := b.guard.Derive(call(tool, args, "r"))
 			must(t, err)
-			if rec.State == airlock.StateRunning {
-				if first.IsZero() {
-					first = rec.LeaseUntil
-				} else if time.Since(rec.CreatedAt) > 2*lease && !rec.LeaseUntil.After(first) {
-					t.Fatalf("the lease was not extended: claimed with %v, still %v", first, rec.LeaseUntil)
-				}
+			now := clock.Now()
+			_, _, err = b.store.Claim(b.ctx, &airlock.Claim{Key: d.Key, Tool: tool.Name, RunID: "r", WindowID: "forever",
+				Args: json.RawMessage(args), ArgsHash: airlock.ArgsHash([]byte(args)), Owner: "dead", Now: now.Add(-time.Minute), LeaseUntil: now.Add(-time.Second)})
+			must(t, err)
+			return d.Key
+		}
+		state := func(key string) airlock.State {
+			rec, err := b.store.Get(b.ctx, key)
+			must(t, err)
+			return rec.State
+		}
+		first := claimDead()
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		must(t, r.Start(ctx))
+		if err := r.Start(ctx); !errors.Is(err, guard.ErrStarted) {
+			t.Fatalf("a second Start: %v, want ErrStarted", err)
+		}
+		must(t, clock.BlockUntilContext(ctx, 2)) // the audit buffer's ticker and the reaper's
+		if got := state(first); got != airlock.StateRunning {
+			t.Fatalf("before the interval passed: %s, want running", got)
+		}
+		clock.Advance(time.Minute)
+		for state(first) != airlock.StateInDoubt {
+			if ctx.Err() != nil {
+				t.Fatalf("the started reaper did not pass: %s", state(first))
 			}
+			runtime.Gosched()
+		}
+		r.Stop()
+		r.Stop() // stopping again is nothing
+		second := claimDead()
+		clock.Advance(2 * time.Minute) // Stop returned once its loop had: no pass can follow
+		if got := state(second); got != airlock.StateRunning {
+			t.Fatalf("after Stop: %s, want running", got)
 		}
 	})
 
@@ -637,7 +700,8 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		tool := Tool("approve", "forever")
 		tool.HonorsKey = true
 		var c counter
-		b := setup(t, newStore, &airlock.GuardConfig{Redrive: func(rec *airlock.Record) (*airlock.Tool, airlock.SideEffect, bool) {
+		b := setup(t, newStore, nil)
+		b.reaper = guard.NewReaper(b.guard, &guard.ReaperConfig{Redrive: func(rec *airlock.Record) (*airlock.Tool, airlock.SideEffect, bool) {
 			return tool, c.fn, rec.Tool == tool.Name
 		}})
 		args := `{"record_id":"` + Key("WD") + `"}`
@@ -647,7 +711,7 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		_, _, err = b.store.Claim(b.ctx, &airlock.Claim{Key: d.Key, Tool: tool.Name, RunID: "r", WindowID: "forever",
 			Args: json.RawMessage(args), ArgsHash: airlock.ArgsHash([]byte(args)), Owner: "dead", Now: now, LeaseUntil: now.Add(-time.Second)})
 		must(t, err)
-		st, err := b.guard.Reap(b.ctx)
+		st, err := b.reaper.Reap(b.ctx)
 		must(t, err)
 		b.guard.Wait()
 		rec, err := b.store.Get(b.ctx, d.Key)
@@ -665,15 +729,17 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		ctx := context.Background()
 		for _, redrive := range []bool{false, true} {
 			var c counter
-			cfg := &airlock.GuardConfig{}
+			cfg := &guard.ReaperConfig{}
 			if redrive {
 				cfg.Redrive = func(rec *airlock.Record) (*airlock.Tool, airlock.SideEffect, bool) { return tool, c.fn, true }
 			}
 			const replicas = 8
-			guards := make([]*airlock.Guard, replicas)
+			guards := make([]*guard.Guard, replicas)
+			reapers := make([]*guard.Reaper, replicas)
 			for i := range guards {
-				guards[i] = airlock.NewGuard(s, cfg)
+				guards[i] = guard.New(s, nil)
 				defer guards[i].Close()
+				reapers[i] = guard.NewReaper(guards[i], cfg)
 			}
 			args := `{"record_id":"` + Key("WD") + `"}`
 			d, err := guards[0].Derive(call(tool, args, "r"))
@@ -684,11 +750,11 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 			must(t, err)
 			var inDoubt, redriven atomic.Int64
 			var wg sync.WaitGroup
-			for _, g := range guards {
+			for _, r := range reapers {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					st, err := g.Reap(ctx)
+					st, err := r.Reap(ctx)
 					if err != nil {
 						t.Error(err)
 					}
@@ -764,14 +830,14 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 	t.Run("WindowBoundaryAndGrace", func(t *testing.T) {
 		t.Parallel()
 		ny, _ := time.LoadLocation("America/New_York")
-		clock := NewFakeClock(time.Date(2026, 9, 17, 16, 59, 59, 0, ny)) // Thursday
-		b := setup(t, newStore, &airlock.GuardConfig{Clock: clock})
+		clock := clockwork.NewFakeClockAt(time.Date(2026, 9, 17, 16, 59, 59, 0, ny)) // Thursday
+		b := setup(t, newStore, &guard.Config{Clock: clock})
 		tool := Tool("approve", "business_day")
 		cal := &airlock.Calendar{Timezone: airlock.NewTimezone("America/New_York"), Cutoff: &airlock.ClockTime{Minutes: 17 * 60}}
 		var c counter
 		id := Key("WD")
 		do := func(at time.Time, run string) *airlock.Answer {
-			clock.Set(at)
+			clock.Advance(at.Sub(clock.Now()))
 			a, err := b.guard.Do(b.ctx, &airlock.Call{Tool: tool, Calendar: cal, Args: airlock.MustArgs(`{"record_id":"` + id + `"}`), RunID: run}, c.fn)
 			must(t, err)
 			return a
@@ -799,14 +865,14 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 
 	t.Run("ReapPurgesPastRetention", func(t *testing.T) {
 		t.Parallel()
-		clock := NewFakeClock(time.Now())
-		b := setup(t, newStore, &airlock.GuardConfig{Clock: clock, Retention: time.Hour})
+		clock := clockwork.NewFakeClockAt(time.Now())
+		b := setup(t, newStore, &guard.Config{Clock: clock, Retention: time.Hour})
 		tool := Tool("approve", "24h")
 		var c counter
 		a, err := b.guard.Do(b.ctx, call(tool, `{"record_id":"`+Key("WD")+`"}`, "r"), c.fn)
 		must(t, err)
-		clock.Set(clock.Now().Add(26 * time.Hour))
-		st, err := b.guard.Reap(b.ctx)
+		clock.Advance(26 * time.Hour)
+		st, err := b.reaper.Reap(b.ctx)
 		must(t, err)
 		if _, err := b.store.Get(b.ctx, a.Key); !errors.Is(err, airlock.ErrNotFound) || st.Purged < 1 {
 			t.Fatalf("not purged: %v %+v", err, st)

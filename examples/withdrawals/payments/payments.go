@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/idempotency"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
@@ -60,7 +60,7 @@ var Ledger = []Withdrawal{
 type Service struct {
 	cfg   Config
 	store *sqlite.Store
-	guard *airlock.Guard
+	guard *guard.Guard
 
 	mu        sync.Mutex
 	ledger    map[string]*Withdrawal
@@ -88,7 +88,7 @@ func New(cfg *Config) (*Service, error) {
 			st.Close()
 			return nil, err
 		}
-		s.store, s.guard = st, airlock.NewGuard(st, nil)
+		s.store, s.guard = st, guard.New(st, nil)
 	}
 	return s, nil
 }

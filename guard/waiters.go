@@ -1,4 +1,4 @@
-package airlock
+package guard
 
 import (
 	"sync"

@@ -1,8 +1,10 @@
-package airlock
+package guard
 
 import (
 	"container/list"
 	"sync"
+
+	"github.com/airlockhq/airlock"
 )
 
 // recordCache is a bounded LRU of final records. Final records never change,
@@ -24,12 +26,12 @@ func newRecordCache(max int, maxBytes int64) *recordCache {
 }
 
 // recordBytes is about what a cached record holds in memory.
-func recordBytes(r *Record) int64 {
+func recordBytes(r *airlock.Record) int64 {
 	return int64(len(r.Key)+len(r.Tool)+len(r.RunID)+len(r.WindowID)+len(r.Args)+len(r.ArgsHash)+
 		len(r.Result)+len(r.Content)+len(r.Note)+len(r.Owner)) + 256
 }
 
-func (c *recordCache) get(key string) *Record {
+func (c *recordCache) get(key string) *airlock.Record {
 	if c == nil {
 		return nil
 	}
@@ -37,12 +39,12 @@ func (c *recordCache) get(key string) *Record {
 	defer c.mu.Unlock()
 	if e, ok := c.items[key]; ok {
 		c.ll.MoveToFront(e)
-		return e.Value.(*Record)
+		return e.Value.(*airlock.Record)
 	}
 	return nil
 }
 
-func (c *recordCache) put(rec *Record) {
+func (c *recordCache) put(rec *airlock.Record) {
 	if c == nil || !rec.State.Final() {
 		return
 	}
@@ -50,7 +52,7 @@ func (c *recordCache) put(rec *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.items[rec.Key]; ok {
-		c.bytes -= recordBytes(e.Value.(*Record))
+		c.bytes -= recordBytes(e.Value.(*airlock.Record))
 		c.ll.Remove(e)
 		delete(c.items, rec.Key)
 	}
@@ -62,7 +64,7 @@ func (c *recordCache) put(rec *Record) {
 	for c.ll.Len() > c.max || c.bytes > c.maxBytes {
 		old := c.ll.Back()
 		c.ll.Remove(old)
-		r := old.Value.(*Record)
+		r := old.Value.(*airlock.Record)
 		delete(c.items, r.Key)
 		c.bytes -= recordBytes(r)
 	}

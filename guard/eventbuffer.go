@@ -1,4 +1,4 @@
-package airlock
+package guard
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/jonboulle/clockwork"
 )
 
 // Events that are not state changes (a repeat served, a conflict, an
@@ -25,9 +28,10 @@ import (
 // nothing for AuditWait (the waiting event); each is counted in Dropped
 // (airlock_audit_incomplete_total).
 type eventBuffer struct {
-	store   AuditWriter
+	store   airlock.AuditWriter
+	clock   clockwork.Clock
 	log     *slog.Logger
-	ch      chan *AuditEvent
+	ch      chan *airlock.AuditEvent
 	wait    time.Duration
 	quit    chan struct{} // closed by close: write what is queued and stop
 	done    chan struct{}
@@ -51,8 +55,8 @@ func (b *eventBuffer) lose(n int) {
 }
 
 // lostEvent is the log's own record of n events given up.
-func lostEvent(n int64) *AuditEvent {
-	return &AuditEvent{At: time.Now(), Kind: EventLost, Actor: ActorSystem,
+func lostEvent(n int64, at time.Time) *airlock.AuditEvent {
+	return &airlock.AuditEvent{At: at, Kind: airlock.EventLost, Actor: airlock.ActorSystem,
 		Result: json.RawMessage(`{"lost":` + strconv.FormatInt(n, 10) + `}`), DurationUS: n}
 }
 
@@ -60,20 +64,20 @@ func lostEvent(n int64) *AuditEvent {
 // waiting, up to this, goes in one transaction.
 const maxEventWrite = 4096
 
-func newEventBuffer(s AuditWriter, log *slog.Logger, size int, wait time.Duration, onLost func(int)) *eventBuffer {
-	b := &eventBuffer{store: s, log: log, onLost: onLost, ch: make(chan *AuditEvent, size), wait: wait, quit: make(chan struct{}), done: make(chan struct{})}
+func newEventBuffer(s airlock.AuditWriter, clock clockwork.Clock, log *slog.Logger, size int, wait time.Duration, onLost func(int)) *eventBuffer {
+	b := &eventBuffer{store: s, clock: clock, log: log, onLost: onLost, ch: make(chan *airlock.AuditEvent, size), wait: wait, quit: make(chan struct{}), done: make(chan struct{})}
 	go b.run()
 	return b
 }
 
 func (b *eventBuffer) run() {
 	defer close(b.done)
-	batch := make([]*AuditEvent, 0, 512)
-	tick := time.NewTicker(100 * time.Millisecond)
+	batch := make([]*airlock.AuditEvent, 0, 512)
+	tick := b.clock.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	flush := func() {
 		if n := b.unreported.Swap(0); n > 0 {
-			batch = append(batch, lostEvent(n))
+			batch = append(batch, lostEvent(n, b.clock.Now()))
 		}
 		if len(batch) == 0 {
 			return
@@ -101,7 +105,7 @@ func (b *eventBuffer) run() {
 				take() // a burst: one write carries all that waits
 				flush()
 			}
-		case <-tick.C:
+		case <-tick.Chan():
 			flush()
 		case <-b.quit:
 			for {
@@ -123,7 +127,7 @@ func (b *eventBuffer) run() {
 // written on its own, so that one event the store refuses (or one bad
 // moment) does not take the events beside it down with it; only those
 // that fail alone are counted lost.
-func (b *eventBuffer) write(batch []*AuditEvent) {
+func (b *eventBuffer) write(batch []*airlock.AuditEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := b.store.AppendAudit(ctx, batch)
 	cancel()
@@ -143,8 +147,8 @@ func (b *eventBuffer) write(batch []*AuditEvent) {
 	lost := 0
 	var last error
 	for _, e := range batch {
-		if err := b.store.AppendAudit(ctx, []*AuditEvent{e}); err != nil {
-			if e.Kind != EventLost {
+		if err := b.store.AppendAudit(ctx, []*airlock.AuditEvent{e}); err != nil {
+			if e.Kind != airlock.EventLost {
 				lost++
 			}
 			b.loseEvent(e)
@@ -158,15 +162,15 @@ func (b *eventBuffer) write(batch []*AuditEvent) {
 
 // loseEvent gives up one event of a write; an events_lost event that could
 // not be written is not itself a loss: its count waits for the next write.
-func (b *eventBuffer) loseEvent(e *AuditEvent) {
-	if e.Kind == EventLost {
+func (b *eventBuffer) loseEvent(e *airlock.AuditEvent) {
+	if e.Kind == airlock.EventLost {
 		b.unreported.Add(e.DurationUS)
 		return
 	}
 	b.lose(1)
 }
 
-func (b *eventBuffer) add(e *AuditEvent) {
+func (b *eventBuffer) add(e *airlock.AuditEvent) {
 	select {
 	case <-b.quit: // closed: nothing would write it
 		b.lose(1)
@@ -178,11 +182,11 @@ func (b *eventBuffer) add(e *AuditEvent) {
 		return
 	default:
 	}
-	t := time.NewTimer(b.wait)
+	t := b.clock.NewTimer(b.wait)
 	defer t.Stop()
 	select {
 	case b.ch <- e:
-	case <-t.C:
+	case <-t.Chan():
 		b.lose(1)
 	case <-b.quit:
 		b.lose(1)
@@ -196,26 +200,26 @@ func (b *eventBuffer) close() {
 	})
 }
 
-func (g *Guard) emit(e *AuditEvent) { g.events.add(e) }
+func (g *Guard) emit(e *airlock.AuditEvent) { g.events.add(e) }
 
 // auditAnswer records how a call on an existing record was answered.
-func (g *Guard) auditAnswer(ctx context.Context, tool *Tool, rec *Record, args *Args, run string, a *Answer, err error) {
+func (g *Guard) auditAnswer(ctx context.Context, tool *airlock.Tool, rec *airlock.Record, args *airlock.Args, run string, a *airlock.Answer, err error) {
 	if rec == nil {
 		return
 	}
-	e := &AuditEvent{At: g.clock.Now(), RunID: run, Key: rec.Key, Tool: tool.Name, Args: args.JSON(), Actor: ActorFrom(ctx)}
+	e := &airlock.AuditEvent{At: g.clock.Now(), RunID: run, Key: rec.Key, Tool: tool.Name, Args: args.JSON(), Actor: airlock.ActorFrom(ctx)}
 	switch {
-	case err != nil && ErrorCode(err) == CodeArgumentsMismatch:
-		e.Kind, e.Error = EventConflict, err.Error()
+	case err != nil && airlock.ErrorCode(err) == airlock.CodeArgumentsMismatch:
+		e.Kind, e.Error = airlock.EventConflict, err.Error()
 	case err != nil || a == nil:
 		return
 	case a.Conflict != nil:
-		e.Kind, e.Result, e.Error = EventConflict, a.Result, a.Conflict.Message
-	case a.Status == StatusInProgress:
-		e.Kind = EventInProgress
+		e.Kind, e.Result, e.Error = airlock.EventConflict, a.Result, a.Conflict.Message
+	case a.Status == airlock.StatusInProgress:
+		e.Kind = airlock.EventInProgress
 	default:
-		e.Kind, e.Result = EventRepeat, a.Result
-		if a.Status == StatusInDoubt {
+		e.Kind, e.Result = airlock.EventRepeat, a.Result
+		if a.Status == airlock.StatusInDoubt {
 			e.Error = "answered in_doubt"
 		}
 	}

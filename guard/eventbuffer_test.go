@@ -1,4 +1,4 @@
-package airlock
+package guard
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/jonboulle/clockwork"
 )
 
 // stuckAuditStore is an audit store whose writes hang until released: a
@@ -18,11 +21,11 @@ type stuckAuditStore struct {
 	counted int64 // lost events the events_lost events count
 }
 
-func (s *stuckAuditStore) AppendAudit(ctx context.Context, events []*AuditEvent) error {
+func (s *stuckAuditStore) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) error {
 	<-s.release
 	s.mu.Lock()
 	for _, e := range events {
-		if e.Kind == EventLost {
+		if e.Kind == airlock.EventLost {
 			s.counted += e.DurationUS
 			continue
 		}
@@ -32,11 +35,11 @@ func (s *stuckAuditStore) AppendAudit(ctx context.Context, events []*AuditEvent)
 	return nil
 }
 func (s *stuckAuditStore) SealAudit(context.Context, int) (int, error) { return 0, nil }
-func (s *stuckAuditStore) AuditLog(context.Context, int64, int) ([]*AuditEvent, error) {
+func (s *stuckAuditStore) AuditLog(context.Context, int64, int) ([]*airlock.AuditEvent, error) {
 	return nil, nil
 }
 func (s *stuckAuditStore) UnsealedAudit(context.Context) (int, error) { return 0, nil }
-func (s *stuckAuditStore) AuditSince(context.Context, time.Time, int) ([]*AuditEvent, error) {
+func (s *stuckAuditStore) AuditSince(context.Context, time.Time, int) ([]*airlock.AuditEvent, error) {
 	return nil, nil
 }
 
@@ -46,10 +49,10 @@ func TestAuditBufferGivesUpOnAStuckStore(t *testing.T) {
 	t.Parallel()
 	s := &stuckAuditStore{release: make(chan struct{})}
 	const size, wait, events = 4, 20 * time.Millisecond, 540
-	b := newEventBuffer(s, slog.New(slog.NewTextHandler(io.Discard, nil)), size, wait, nil)
+	b := newEventBuffer(s, clockwork.NewRealClock(), slog.New(slog.NewTextHandler(io.Discard, nil)), size, wait, nil)
 	start := time.Now()
 	for range events {
-		b.add(&AuditEvent{Kind: EventRepeat})
+		b.add(&airlock.AuditEvent{Kind: airlock.EventRepeat})
 	}
 	took := time.Since(start)
 	// The writer gathers up to 512 events before it writes, then hangs in
@@ -78,10 +81,10 @@ func TestAuditBufferAfterClose(t *testing.T) {
 	t.Parallel()
 	s := &stuckAuditStore{release: make(chan struct{})}
 	close(s.release)
-	b := newEventBuffer(s, slog.New(slog.NewTextHandler(io.Discard, nil)), 4, time.Second, nil)
-	b.add(&AuditEvent{Kind: EventRepeat})
+	b := newEventBuffer(s, clockwork.NewRealClock(), slog.New(slog.NewTextHandler(io.Discard, nil)), 4, time.Second, nil)
+	b.add(&airlock.AuditEvent{Kind: airlock.EventRepeat})
 	b.close()
-	b.add(&AuditEvent{Kind: EventRepeat})
+	b.add(&airlock.AuditEvent{Kind: airlock.EventRepeat})
 	if s.written != 1 || b.Dropped.Load() != 1 {
 		t.Fatalf("written %d, dropped %d; want 1 and 1", s.written, b.Dropped.Load())
 	}

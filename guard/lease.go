@@ -1,10 +1,12 @@
-package airlock
+package guard
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock"
 )
 
 // leaseKeeper keeps alive the leases of the side effects a guard is running:
@@ -27,7 +29,7 @@ type leaseKeeper struct {
 
 type heldLease struct {
 	key, owner string
-	renewAt    time.Time // wall clock
+	renewAt    time.Time // by the guard's clock
 }
 
 // renewers bounds the heartbeats sent at once in one round.
@@ -42,7 +44,7 @@ func newLeaseKeeper(g *Guard) *leaseKeeper {
 func (k *leaseKeeper) hold(key, owner string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.held[owner] = &heldLease{key: key, owner: owner, renewAt: time.Now().Add(k.every)}
+	k.held[owner] = &heldLease{key: key, owner: owner, renewAt: k.g.clock.Now().Add(k.every)}
 	if !k.running && !k.closed {
 		k.running = true
 		k.wg.Add(1)
@@ -71,15 +73,15 @@ func (k *leaseKeeper) close() {
 
 func (k *leaseKeeper) loop() {
 	defer k.wg.Done()
-	t := time.NewTicker(k.tick)
+	t := k.g.clock.NewTicker(k.tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-k.stop:
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
-		now := time.Now()
+		now := k.g.clock.Now()
 		k.mu.Lock()
 		if len(k.held) == 0 {
 			k.running = false
@@ -108,9 +110,9 @@ func (k *leaseKeeper) renew(due []*heldLease) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), k.every)
-			err := k.g.store.Heartbeat(ctx, &HeartbeatParams{Key: h.key, Owner: h.owner, LeaseUntil: k.g.clock.Now().Add(k.g.lease)})
+			err := k.g.store.Heartbeat(ctx, &airlock.HeartbeatParams{Key: h.key, Owner: h.owner, LeaseUntil: k.g.clock.Now().Add(k.g.lease)})
 			cancel()
-			if errors.Is(err, ErrLeaseLost) && k.release(h.owner) {
+			if errors.Is(err, airlock.ErrLeaseLost) && k.release(h.owner) {
 				// Still held: the side effect runs on without its lease.
 				// (Not held: the call completed meanwhile, nothing lost.)
 				k.g.log.Warn("airlock: lease lost while the side effect runs", "key", h.key)
