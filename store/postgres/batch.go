@@ -2,42 +2,31 @@ package postgres
 
 import (
 	"context"
-	"runtime"
+	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/groupcommit"
 )
 
-// Group commit. Claims and completions that arrive while a batch is being
-// sent wait and go together in the next one: one round trip and one commit
-// (one WAL flush) for many callers. A batch that fails is retried op by op,
-// so one bad op never fails its neighbours.
-//
-// The callers send the batches themselves: a caller that finds fewer than
-// Writers batches in flight leads, sending what is waiting, its own op
-// included; when its op is done and more wait, it hands the lead to the
-// first waiting caller. No writer goroutine sits between a caller and its
-// connection, so a call costs the Go scheduler one wake-up at most (the
-// result reaching a waiting caller) instead of a hop to a writer and back;
-// on a small machine those hops cost more CPU than the database work.
+// Group commit (internal/groupcommit): claims and completions that arrive
+// while a batch is being sent wait and go together in the next one: one
+// round trip and one commit (one WAL flush) for many callers, Config.Writers
+// batches in flight. A batch that fails is retried op by op, so one bad op
+// never fails its neighbours.
 
 // op is one claim or one completion on its way into a batch.
 type op struct {
+	groupcommit.Slot
 	claim    *airlock.Claim      // a claim, or
 	complete *airlock.Completion // a completion
 
 	inserted bool // claim: the row was inserted
 	err      error
-	// done receives true when the caller is to lead (send batches), false
-	// when the result is set. Room for both, so a send never blocks.
-	done chan bool
-	// taken: in a batch; handed: given the lead (both under batcher.mu).
-	taken, handed bool
 }
 
 func (o *op) key() string {
@@ -47,126 +36,18 @@ func (o *op) key() string {
 	return o.complete.Key
 }
 
-// finish sets the result and wakes the caller.
+// finish sets the result; the batcher wakes the caller after the flush.
 func (o *op) finish(inserted bool, err error) {
 	o.inserted, o.err = inserted, err
-	o.done <- false
 }
 
-// batcher holds the ops waiting for a batch.
-type batcher struct {
-	mu         sync.Mutex
-	idle       *sync.Cond // signalled when no one leads
-	pending    []*op
-	leaders    int // callers sending batches, or handed the lead
-	maxLeaders int
-	maxBatch   int
-	closed     bool
-}
-
-func (b *batcher) init(leaders, maxBatch int) {
-	b.idle = sync.NewCond(&b.mu)
-	b.maxLeaders, b.maxBatch = leaders, maxBatch
-}
-
-// submit puts an op into the next batch and returns when it is done. Once
-// queued the caller waits for the outcome whatever its context says,
-// because it must learn whether its write is durable.
+// submit puts an op into the next batch and returns when it is done.
 func (s *Store) submit(ctx context.Context, o *op) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	o.done = make(chan bool, 2)
-	b := &s.batch
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	err := s.batch.Submit(ctx, o)
+	if errors.Is(err, groupcommit.ErrClosed) {
 		return errClosed
 	}
-	b.pending = append(b.pending, o)
-	lead := b.leaders < b.maxLeaders
-	if lead {
-		b.leaders++
-	}
-	b.mu.Unlock()
-	for {
-		if lead {
-			s.lead(o)
-		}
-		if lead = <-o.done; !lead {
-			return nil
-		}
-	}
-}
-
-// lead sends batches until the leader's own op has been taken into one;
-// then, if ops still wait, it hands the lead to the first of them.
-func (s *Store) lead(me *op) {
-	b := &s.batch
-	b.mu.Lock()
-	yielded := false
-	for {
-		if len(b.pending) == 0 {
-			b.leaders--
-			if b.leaders == 0 {
-				b.idle.Broadcast()
-			}
-			b.mu.Unlock()
-			return
-		}
-		if me.taken {
-			// Pass the lead to the first waiting caller that does not
-			// have it yet (the count stays); if all have it, step down.
-			for _, next := range b.pending {
-				if !next.handed {
-					next.handed = true
-					next.done <- true
-					b.mu.Unlock()
-					return
-				}
-			}
-			b.leaders-- // at least the callers handed the lead remain
-			b.mu.Unlock()
-			return
-		}
-		if !yielded && len(b.pending) < b.maxBatch {
-			// Let the goroutines that are ready to run go first: many are
-			// callers just woken by the last batch, about to queue their
-			// next op (a completion after a claim). One yield makes the
-			// batch several ops larger, and a larger batch costs less
-			// CPU per op here and in the database; when nothing else is
-			// ready the yield costs nothing.
-			yielded = true
-			b.mu.Unlock()
-			runtime.Gosched()
-			b.mu.Lock()
-			continue
-		}
-		yielded = false
-		n := min(len(b.pending), b.maxBatch)
-		batch := make([]*op, n)
-		copy(batch, b.pending)
-		for _, o := range batch {
-			o.taken = true
-		}
-		rest := copy(b.pending, b.pending[n:])
-		clear(b.pending[rest:])
-		b.pending = b.pending[:rest]
-		b.mu.Unlock()
-		s.flush(batch)
-		b.mu.Lock()
-	}
-}
-
-// closeBatches refuses new ops and waits for the queued ones to be sent.
-func (s *Store) closeBatches() {
-	b := &s.batch
-	b.mu.Lock()
-	b.closed = true
-	for b.leaders > 0 {
-		b.idle.Wait()
-	}
-	b.mu.Unlock()
+	return err
 }
 
 // dedupe sorts ops by key and splits off later ops on a key already in the

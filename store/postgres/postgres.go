@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/groupcommit"
 	"github.com/airlockhq/airlock/internal/migrations"
 )
 
@@ -70,7 +71,7 @@ type Store struct {
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 
-	batch     batcher
+	batch     *groupcommit.Batcher[*op]
 	closeOnce sync.Once
 	noAudit   bool
 }
@@ -109,7 +110,7 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if batch <= 0 {
 		batch = 128
 	}
-	s.batch.init(writers, batch)
+	s.batch = groupcommit.New(groupcommit.Config{MaxInFlight: writers, MaxBatch: batch}, s.flush)
 	return s, nil
 }
 
@@ -119,7 +120,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Close stops the listener and closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeBatches()
+		s.batch.Close()
 	})
 	s.listenMu.Lock()
 	if s.stop != nil {

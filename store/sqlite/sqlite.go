@@ -1,10 +1,11 @@
 // Package sqlite is the embedded airlock store: pure-Go SQLite
 // (modernc.org/sqlite) in WAL mode with synchronous=FULL.
 //
-// Writes from concurrent callers are group-committed: one writer goroutine
-// gathers the claims and completions that arrive together and commits them
-// in one transaction, so they share one fsync. Reads use a separate pool
-// and never wait for the writer. Several processes may share one file:
+// Writes from concurrent callers are group-committed (internal/groupcommit,
+// one batch in flight): the writes that arrive together — claims,
+// completions, plans, audit events — are committed by one of their callers
+// in one transaction on the one write connection, so they share one fsync.
+// Reads use a separate pool and never wait for the writer. Several processes may share one file:
 // each takes SQLite's write lock in turn (busy timeout), and uniqueness is
 // the primary key on the record's key.
 package sqlite
@@ -18,11 +19,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/groupcommit"
 	"github.com/airlockhq/airlock/internal/migrations"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -64,17 +65,13 @@ type Store struct {
 	notice  func(ctx context.Context, tx *sql.Tx, p *airlock.Plan) error
 	read    *sql.DB
 	write   *sql.DB
-	ops     chan *op
+	writes  *groupcommit.Batcher[*op] // one batch in flight: SQLite has one writer
 	poll    time.Duration
-	batch   int
-	closed  chan struct{}
-	wg      sync.WaitGroup
 
-	closeMu  sync.RWMutex
-	isClosed bool
+	closeOnce sync.Once
 
 	noAudit bool
-	stmts   stmts // used by the writer goroutine only
+	stmts   stmts // used by the one batch in flight only
 
 	subMu sync.RWMutex
 	subs  map[int]func(string)
@@ -84,10 +81,11 @@ type Store struct {
 // op is one write; fn runs inside the batch's transaction. A nil error from
 // fn with a logical outcome (not found, lease lost) is kept in the op.
 type op struct {
+	groupcommit.Slot
 	fn     func(ctx context.Context, tx *sql.Tx) error
 	ctx    context.Context
-	done   chan error
 	notify string // a key that leaves running when this op commits
+	err    error  // the result, set by the batch
 }
 
 // Open opens (creating if needed) the database file at path.
@@ -135,23 +133,22 @@ func Open(path string, cfg *Config) (*Store, error) {
 	read.SetMaxIdleConns(n)
 	s := &Store{
 		path: path, dsn: dsn, enqueue: cfg.EnqueueCommit, notice: cfg.EnqueueNotice, read: read, write: write,
-		ops: make(chan *op, 1024), poll: cfg.PollInterval, batch: cfg.MaxBatch,
-		closed: make(chan struct{}), subs: map[int]func(string){}, noAudit: cfg.NoAudit,
+		poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit,
 	}
 	if s.poll <= 0 {
 		s.poll = 10 * time.Millisecond
 	}
-	if s.batch <= 0 {
-		s.batch = 256
+	batch := cfg.MaxBatch
+	if batch <= 0 {
+		batch = 256
 	}
+	s.writes = groupcommit.New(groupcommit.Config{MaxInFlight: 1, MaxBatch: batch}, s.commit)
 	// Fail early when the file cannot be opened or is not a database.
 	if err := write.PingContext(context.Background()); err != nil {
 		s.read.Close()
 		s.write.Close()
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
-	s.wg.Add(1)
-	go s.writer()
 	return s, nil
 }
 
@@ -175,57 +172,15 @@ func (s *Store) OpenDB(maxConns int) (*sql.DB, error) {
 	return db, nil
 }
 
-// Close stops the writer (after the writes already queued) and closes the database.
+// Close refuses new writes, waits for the queued ones to commit, and
+// closes the database.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	if s.isClosed {
-		s.closeMu.Unlock()
-		return nil
-	}
-	s.isClosed = true
-	s.closeMu.Unlock()
-	close(s.closed)
-	s.wg.Wait()
-	return errors.Join(s.stmts.close(), s.write.Close(), s.read.Close())
-}
-
-// writer commits queued writes in batches: every op that is waiting when a
-// transaction starts joins it, so concurrent callers share one fsync.
-func (s *Store) writer() {
-	defer s.wg.Done()
-	batch := make([]*op, 0, s.batch)
-	for {
-		batch = batch[:0]
-		select {
-		case o := <-s.ops:
-			batch = append(batch, o)
-		case <-s.closed:
-			// Drain what is queued, then stop.
-			for {
-				select {
-				case o := <-s.ops:
-					o.done <- errClosed
-				default:
-					return
-				}
-			}
-		}
-		// Yield once before taking the rest, so that callers just woken by
-		// the last commit can join this batch (as the PostgreSQL store's
-		// leader does): fewer, larger commits under load, and nothing to
-		// wait for when no one else runs.
-		runtime.Gosched()
-	fill:
-		for len(batch) < s.batch {
-			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
-		}
-		s.commit(batch)
-	}
+	var err error
+	s.closeOnce.Do(func() {
+		s.writes.Close()
+		err = errors.Join(s.stmts.close(), s.write.Close(), s.read.Close())
+	})
+	return err
 }
 
 var errClosed = errors.New("sqlite: store closed")
@@ -234,7 +189,7 @@ func (s *Store) commit(batch []*op) {
 	live := batch[:0:0]
 	for _, o := range batch {
 		if err := o.ctx.Err(); err != nil {
-			o.done <- err
+			o.err = err // its caller gave up before the batch began: not written
 			continue
 		}
 		live = append(live, o)
@@ -259,7 +214,7 @@ func (s *Store) commit(batch []*op) {
 // finish answers the ops of a batch and announces their keys.
 func (s *Store) finish(ops []*op, err error) {
 	for _, o := range ops {
-		o.done <- err
+		o.err = err
 	}
 	if err == nil {
 		for _, o := range ops {
@@ -299,24 +254,16 @@ func (s *Store) runBatch(batch []*op) (err error) {
 
 // do queues a write and waits for its batch to commit.
 func (s *Store) do(ctx context.Context, notify string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	o := &op{fn: fn, ctx: ctx, done: make(chan error, 1), notify: notify}
-	// The read lock keeps Close from finishing while an op is being queued,
-	// so that no op lands in the queue after the writer has stopped.
-	s.closeMu.RLock()
-	if s.isClosed {
-		s.closeMu.RUnlock()
-		return errClosed
+	o := &op{fn: fn, ctx: ctx, notify: notify}
+	// Once queued, the caller waits for the commit whatever its context
+	// says: it must learn whether its write is durable.
+	if err := s.writes.Submit(ctx, o); err != nil {
+		if errors.Is(err, groupcommit.ErrClosed) {
+			return errClosed
+		}
+		return err
 	}
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		s.closeMu.RUnlock()
-		return ctx.Err()
-	}
-	s.closeMu.RUnlock()
-	// Once queued, wait for the commit whatever the caller's context says:
-	// the caller must learn whether its write is durable.
-	return <-o.done
+	return o.err
 }
 
 func (s *Store) publish(key string) {
