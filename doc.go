@@ -13,7 +13,10 @@
 //     events every change writes (AuditEvent);
 //   - the Store interface the drivers implement (store/sqlite,
 //     store/postgres; store/storetest is their conformance suite), the
-//     manifest's types with their validation, and the error codes (errors.go).
+//     tools and their calendar (Catalog, Tool) with their validation, and
+//     the error codes (errors.go). The server's configuration around the
+//     tools (auth, upstreams, limits, notify, retention) is package
+//     manifest's, beside its loader.
 //
 // A whole server is assembled in internal/app; cmd/airlock only wires
 // flags to it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 var update = flag.Bool("update", false, "rewrite the keys in testdata/keys.json (window ids stay as written by hand)")
@@ -27,7 +28,7 @@ type golden struct {
 	Key      string          `json:"key"`
 }
 
-func example(t testing.TB) *airlock.Manifest {
+func example(t testing.TB) *manifest.Manifest {
 	t.Helper()
 	m, err := withdrawals.Manifest()
 	if err != nil {
@@ -36,7 +37,7 @@ func example(t testing.TB) *airlock.Manifest {
 	return m
 }
 
-func derive(t testing.TB, m *airlock.Manifest, tool, args, at, run string) *airlock.Derivation {
+func derive(t testing.TB, m *manifest.Manifest, tool, args, at, run string) *airlock.Derivation {
 	t.Helper()
 	d, err := deriveErr(m, tool, args, at, run)
 	if err != nil {
@@ -45,7 +46,7 @@ func derive(t testing.TB, m *airlock.Manifest, tool, args, at, run string) *airl
 	return d
 }
 
-func deriveErr(m *airlock.Manifest, tool, args, at, run string) (*airlock.Derivation, error) {
+func deriveErr(m *manifest.Manifest, tool, args, at, run string) (*airlock.Derivation, error) {
 	when, err := time.Parse(time.RFC3339, at)
 	if err != nil {
 		return nil, err

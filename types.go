@@ -61,6 +61,9 @@ func (d Duration) IsSet() bool { return d.err == nil && d.Duration > 0 }
 
 func (d Duration) problem() error { return d.err }
 
+// Raw is the duration as the file wrote it; "" when it was not written.
+func (d Duration) Raw() string { return d.raw }
+
 // ByteSize is a size in bytes, written as a whole number ("1048576") or
 // with a binary unit ("512KiB", "4MiB"). Like Duration, a value that does
 // not parse is kept and reported by Validate.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/jwt"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 // Token is a bearer token the server accepts, kept as the SHA-256 of the token.
@@ -36,7 +37,7 @@ type Principal struct {
 // TokensFromManifest resolves the manifest's tokens: sha256 entries as
 // given, env entries by hashing the variable's value (an unset or empty
 // variable is an error naming it).
-func TokensFromManifest(specs []airlock.TokenSpec) ([]Token, error) {
+func TokensFromManifest(specs []manifest.TokenSpec) ([]Token, error) {
 	out := make([]Token, 0, len(specs))
 	for _, s := range specs {
 		t := Token{Name: s.Name, Role: s.Role}
@@ -104,7 +105,7 @@ var errIssuerUnreachable = airlock.Errorf(airlock.CodeUpstream, "the token's iss
 func (g *Gateway) challenge(err error, tokenGiven bool) string {
 	c := `Bearer realm="airlock"`
 	if g.issued != nil && g.m.Auth.Resource != "" { // the metadata is served (Handler)
-		c += fmt.Sprintf(`, resource_metadata=%q`, airlock.ResourceMetadataURL(g.m.Auth.Resource))
+		c += fmt.Sprintf(`, resource_metadata=%q`, manifest.ResourceMetadataURL(g.m.Auth.Resource))
 	}
 	var e *airlock.Error
 	if tokenGiven && errors.As(err, &e) {

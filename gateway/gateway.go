@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/jwt"
 	"github.com/airlockhq/airlock/guard"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/upstream"
@@ -37,7 +38,7 @@ const DefaultBodyTimeout = 30 * time.Second
 // longestCall is the longest an answer may legitimately take: a tool's
 // timeout with its re-drives, or its repeat wait, whichever is longer, over
 // every tool, and a margin.
-func longestCall(m *airlock.Manifest) time.Duration {
+func longestCall(m *manifest.Manifest) time.Duration {
 	longest := time.Minute
 	for _, t := range m.Tools {
 		longest = max(longest, 4*t.TimeoutOr()+10*time.Second, t.RepeatWaitOr(), t.RespondWithinOr())
@@ -64,7 +65,7 @@ const MetaRepeat = "io.airlock/repeat"
 // Config configures a Gateway.
 type Config struct {
 	// Manifest lists the tools. Required (prepared).
-	Manifest *airlock.Manifest
+	Manifest *manifest.Manifest
 	// Guard runs write tools at most once per key. Required.
 	Guard *guard.Guard
 	// Store is pinged by /readyz and read by /v1/report. Required.
@@ -139,7 +140,7 @@ type Store interface {
 
 // Gateway serves the tools.
 type Gateway struct {
-	m           *airlock.Manifest
+	m           *manifest.Manifest
 	guard       *guard.Guard
 	store       Store
 	callers     map[string]upstream.Caller // by tool name

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/metrics"
 )
 
@@ -52,7 +53,7 @@ func (g *Gateway) Handler() http.Handler {
 		// RFC 9728: where MCP clients learn which authorization servers
 		// issue tokens for airlock. Public, like any discovery document.
 		meta := g.resourceMetadata()
-		u, _ := url.Parse(airlock.ResourceMetadataURL(g.m.Auth.Resource))
+		u, _ := url.Parse(manifest.ResourceMetadataURL(g.m.Auth.Resource))
 		mux.Handle(u.Path, meta)
 		if u.Path != "/.well-known/oauth-protected-resource" {
 			mux.Handle("/.well-known/oauth-protected-resource", meta)
@@ -231,7 +232,7 @@ func (g *Gateway) handleReport(w http.ResponseWriter, r *http.Request) {
 		}
 		period = d
 	}
-	rep, err := metrics.Compute(r.Context(), g.store, g.m, period, time.Now())
+	rep, err := metrics.Compute(r.Context(), g.store, &g.m.Catalog, period, time.Now())
 	if err != nil {
 		writeError(w, g.log, err)
 		return

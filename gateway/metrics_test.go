@@ -213,7 +213,7 @@ func TestReportFromTheStore(t *testing.T) {
 	call("plan_pay", "BIG1", "r1")
 	guard.Close() // flush the buffered events
 
-	r, err := metrics.Compute(context.Background(), s, m, 24*time.Hour, time.Now().Add(time.Second))
+	r, err := metrics.Compute(context.Background(), s, &m.Catalog, 24*time.Hour, time.Now().Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/airlockhq/airlock"
 )
 
 // sessioner is an MCP upstream whose session the gateway can use for
@@ -68,7 +67,7 @@ type subscription struct {
 	sessions map[*mcp.ServerSession]bool
 }
 
-func newPassThrough(m *airlock.Manifest, ups map[string]any, log func(string, ...any)) *passThrough {
+func newPassThrough(m *manifest.Manifest, ups map[string]any, log func(string, ...any)) *passThrough {
 	p := &passThrough{log: log, byURI: map[string]*passSource{}, subs: map[string]*subscription{}, watched: map[*mcp.ServerSession]bool{}}
 	names := make([]string, 0, len(m.Upstreams))
 	for n := range m.Upstreams {

@@ -1,5 +1,7 @@
-// Package manifest loads airlock.yaml (docs/configuration.md, "The manifest") into the root package's
-// types and validates it, reporting each problem with its place in the file
+// Package manifest is airlock.yaml (docs/configuration.md, "The manifest"):
+// the server's configuration (auth, upstreams, limits, notify, retention)
+// around the tools and calendar of the root package's Catalog. It loads the
+// file and validates it, reporting each problem with its place in the file
 // (file:line:col) so that `airlock tools check` reads like a compiler.
 package manifest
 
@@ -25,7 +27,7 @@ import (
 const MaxSize = 4 << 20
 
 // Load reads, decodes, prepares and validates the manifest at path.
-func Load(path string) (*airlock.Manifest, error) {
+func Load(path string) (*Manifest, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -36,7 +38,7 @@ func Load(path string) (*airlock.Manifest, error) {
 // LoadFS reads the manifest called name in fsys. display is the name used
 // in error places (the path the user gave); files the manifest refers to
 // (rule tests) are read from fsys relative to name's directory.
-func LoadFS(fsys fs.FS, name, display string) (*airlock.Manifest, error) {
+func LoadFS(fsys fs.FS, name, display string) (*Manifest, error) {
 	f, err := fsys.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
@@ -73,7 +75,7 @@ func dirOf(name string) string {
 // Parse decodes and validates a manifest. display names the file in error
 // places. The error, when the manifest is wrong, is an
 // *airlock.ValidationError listing every problem found.
-func Parse(data []byte, display string) (*airlock.Manifest, error) {
+func Parse(data []byte, display string) (*Manifest, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, &airlock.ValidationError{Problems: []airlock.Problem{syntaxProblem(err, display)}}
@@ -81,7 +83,7 @@ func Parse(data []byte, display string) (*airlock.Manifest, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, &airlock.ValidationError{Problems: []airlock.Problem{{Place: display, Message: "the file is empty: want a manifest with version: 1 and tools"}}}
 	}
-	var m airlock.Manifest
+	var m Manifest
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&m); err != nil {
@@ -99,8 +101,8 @@ func Parse(data []byte, display string) (*airlock.Manifest, error) {
 	if err == nil {
 		// Approval rules are type-checked at load: a rule that does not
 		// compile is a load error naming the rule.
-		_, problems := policy.CompileAll(&m)
-		_, more := policy.CompileAllReconcile(&m)
+		_, problems := policy.CompileAll(&m.Catalog)
+		_, more := policy.CompileAllReconcile(&m.Catalog)
 		if problems = append(problems, more...); len(problems) > 0 {
 			err = &airlock.ValidationError{Problems: problems}
 		}
@@ -138,17 +140,17 @@ var (
 
 // typeNames says in words what each Go type is in the file.
 var typeNames = map[string]string{
-	"airlock.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools, notify, retention, limits)",
-	"airlock.Retention":   "retention (records, audit, figures)",
-	"airlock.Limits":      "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout)",
-	"airlock.Notify":      "notify (webhook, secret_env)",
-	"airlock.Calendar":    "calendar (timezone, cutoff, holidays)",
-	"airlock.Auth":        "auth (tokens, trusted_proxies, oidc, resource, issuers)",
-	"airlock.OIDCSpec":    "auth.oidc (issuer, client_id, client_secret_env, redirect_url, scopes, name_claim, roles_claim, roles, label)",
-	"airlock.IssuerSpec":  "an issuer (issuer, jwks_url, audience, name_claim, roles_claim, roles, role, clock_skew)",
-	"airlock.TokenSpec":   "a token (name, role, sha256, env)",
-	"airlock.Upstream":    "an upstream (http, mcp, honors_idempotency_key)",
-	"airlock.MCPUpstream": "mcp (command, url, resources, prompts, prefix, sessions)",
+	"manifest.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools, notify, retention, limits)",
+	"manifest.Retention":   "retention (records, audit, figures)",
+	"manifest.Limits":      "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout)",
+	"manifest.Notify":      "notify (webhook, secret_env)",
+	"airlock.Calendar":     "calendar (timezone, cutoff, holidays)",
+	"manifest.Auth":        "auth (tokens, trusted_proxies, oidc, resource, issuers)",
+	"manifest.OIDCSpec":    "auth.oidc (issuer, client_id, client_secret_env, redirect_url, scopes, name_claim, roles_claim, roles, label)",
+	"manifest.IssuerSpec":  "an issuer (issuer, jwks_url, audience, name_claim, roles_claim, roles, role, clock_skew)",
+	"manifest.TokenSpec":   "a token (name, role, sha256, env)",
+	"manifest.Upstream":    "an upstream (http, mcp, honors_idempotency_key)",
+	"manifest.MCPUpstream": "mcp (command, url, resources, prompts, prefix, sessions)",
 	"airlock.Tool": "a tool (name, kind, description, input_schema, natural_key, window, grace, timeout, " +
 		"respond_within, repeat_wait, on_mismatch, max_calls_per_run, reconcile_with, reconcile, upstream, answers, approval)",
 	"airlock.Reconcile":    "reconcile (happened_when, not_happened_when)",

@@ -180,14 +180,14 @@ func TestParseGood(t *testing.T) {
 	if got := m.Tool("approve_withdrawal").OnMismatch; got != airlock.MismatchReplay {
 		t.Fatalf("on_mismatch default: %q", got)
 	}
-	if r := m.Retention; r.RecordsOr() != airlock.DefaultRecordRetention || r.AuditOr() != 0 || r.FiguresOr() != airlock.DefaultFigureRetention {
+	if r := m.Retention; r.RecordsOr() != manifest.DefaultRecordRetention || r.AuditOr() != 0 || r.FiguresOr() != manifest.DefaultFigureRetention {
 		t.Fatalf("retention defaults: %s %s %s", r.RecordsOr(), r.AuditOr(), r.FiguresOr())
 	}
 	m, err = manifest.Parse([]byte(strings.Replace(good, "tools:\n", "retention: {records: 36h, audit: 90d, figures: 400d}\ntools:\n", 1)), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := m.Limits.RequestBytesOr(); got != airlock.DefaultRequestBytes {
+	if got := m.Limits.RequestBytesOr(); got != manifest.DefaultRequestBytes {
 		t.Fatalf("limits.request_bytes default: %d", got)
 	}
 	for text, want := range map[string]int64{"4MiB": 4 << 20, "512KiB": 512 << 10, "2048": 2048, "3 MiB": 3 << 20} {

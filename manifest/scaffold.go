@@ -60,7 +60,7 @@ const UnansweredNote = "airlock init: answer these before `airlock tools check` 
 // changed get the server's schema, and nothing a person wrote (answers,
 // keys, windows, descriptions, rules) is touched; tools the server no
 // longer offers are reported and marked, not deleted.
-func Scaffold(existing []byte, upstream string, up airlock.MCPUpstream, tools []ServerTool) ([]byte, *ScaffoldReport, error) {
+func Scaffold(existing []byte, upstream string, up MCPUpstream, tools []ServerTool) ([]byte, *ScaffoldReport, error) {
 	if !upstreamNameRE.MatchString(upstream) {
 		return nil, nil, fmt.Errorf("upstream name %q: want a letter, then letters, digits, _ or -", upstream)
 	}

@@ -21,7 +21,7 @@ var serverTools = []manifest.ServerTool{
 	{Name: "ping"}, // no schema, no hints
 }
 
-var stdioServer = airlock.MCPUpstream{Command: []string{"items-server", "--root", "/srv/with space"}}
+var stdioServer = manifest.MCPUpstream{Command: []string{"items-server", "--root", "/srv/with space"}}
 
 func problemsOf(t *testing.T, data []byte) []string {
 	t.Helper()
@@ -167,7 +167,7 @@ func TestScaffold(t *testing.T) {
 	t.Run("names the manifest cannot hold are mapped", func(t *testing.T) {
 		t.Parallel()
 		existing := "version: 1\nupstreams:\n  other: {http: \"http://127.0.0.1:1\"}\ntools:\n  - {name: get_item, kind: read, upstream: {name: other, path: /x}}\n"
-		data, rep, err := manifest.Scaffold([]byte(existing), "items", airlock.MCPUpstream{URL: "http://127.0.0.1:9/mcp"}, []manifest.ServerTool{
+		data, rep, err := manifest.Scaffold([]byte(existing), "items", manifest.MCPUpstream{URL: "http://127.0.0.1:9/mcp"}, []manifest.ServerTool{
 			{Name: "get_item", ReadOnly: true}, {Name: "files/list", ReadOnly: true}, {Name: "9lives", ReadOnly: true},
 		})
 		if err != nil {

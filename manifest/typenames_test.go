@@ -16,8 +16,8 @@ import (
 func TestTypeNamesListEveryField(t *testing.T) {
 	t.Parallel()
 	listed := regexp.MustCompile(`\(([^()]*)\)$`)
-	for _, v := range []any{airlock.Manifest{}, airlock.Retention{}, airlock.Limits{}, airlock.Notify{}, airlock.Calendar{},
-		airlock.Auth{}, airlock.OIDCSpec{}, airlock.IssuerSpec{}, airlock.TokenSpec{}, airlock.Upstream{}, airlock.MCPUpstream{},
+	for _, v := range []any{Manifest{}, Retention{}, Limits{}, Notify{}, airlock.Calendar{},
+		Auth{}, OIDCSpec{}, IssuerSpec{}, TokenSpec{}, Upstream{}, MCPUpstream{},
 		airlock.Tool{}, airlock.Reconcile{}, airlock.KeyField{}, airlock.ToolUpstream{}, airlock.Answers{}, airlock.Approval{},
 		airlock.Lookup{}, airlock.Rule{}} {
 		typ := reflect.TypeOf(v)
@@ -26,12 +26,7 @@ func TestTypeNamesListEveryField(t *testing.T) {
 			t.Errorf("%s has no words in typeNames", typ)
 			continue
 		}
-		var fields []string
-		for f := range typ.Fields() {
-			if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
-				fields = append(fields, name)
-			}
-		}
+		fields := yamlFields(typ)
 		m := listed.FindStringSubmatch(words)
 		if m == nil {
 			t.Errorf("%s: %q lists no fields", typ, words)
@@ -45,3 +40,19 @@ func TestTypeNamesListEveryField(t *testing.T) {
 }
 
 func sortedCopy(s []string) []string { c := slices.Clone(s); slices.Sort(c); return c }
+
+// yamlFields are the names a type's fields have in the file, those of an
+// inline field's type included.
+func yamlFields(typ reflect.Type) []string {
+	var fields []string
+	for f := range typ.Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			fields = append(fields, yamlFields(f.Type)...)
+		case name != "" && name != "-":
+			fields = append(fields, name)
+		}
+	}
+	return fields
+}

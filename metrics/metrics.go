@@ -273,7 +273,7 @@ func (m *Metrics) Settled(tool string, happened bool, by string) {
 }
 
 // SetTimeouts publishes each side-effecting tool's timeout.
-func (m *Metrics) SetTimeouts(man *airlock.Manifest) {
+func (m *Metrics) SetTimeouts(man *airlock.Catalog) {
 	for _, t := range man.Tools {
 		if t.Kind.SideEffecting() {
 			m.ToolTimeout.WithLabelValues(t.Name).Set(t.TimeoutOr().Seconds())

@@ -56,7 +56,7 @@ airlock_approval_queue_depth{tool="approve_withdrawal"} 2
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "airlock_approval_oldest_wait_seconds", "airlock_approval_queue_depth"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := metrics.Compute(ctx, s, m, 24*time.Hour, now)
+	rep, err := metrics.Compute(ctx, s, &m.Catalog, 24*time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ airlock_records_in_doubt{tool="add_note"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "airlock_records_in_doubt"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := metrics.Compute(ctx, s, m, time.Hour, now)
+	r, err := metrics.Compute(ctx, s, &m.Catalog, time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func sealPending(ctx context.Context, src Source) error {
 // from the rollup, after sealing what is pending; the period before is
 // read for the changes in repeats and in the automatic approval rate. It
 // reads a few rows per tool and minute, however many events there are.
-func Compute(ctx context.Context, src Source, m *airlock.Manifest, period time.Duration, now time.Time) (*Report, error) {
+func Compute(ctx context.Context, src Source, m *airlock.Catalog, period time.Duration, now time.Time) (*Report, error) {
 	if err := sealPending(ctx, src); err != nil {
 		return nil, err
 	}

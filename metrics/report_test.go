@@ -37,7 +37,7 @@ func TestWarningsFireWhenTheyShould(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := metrics.Compute(ctx, s, m, time.Hour, now.Add(time.Second))
+	r, err := metrics.Compute(ctx, s, &m.Catalog, time.Hour, now.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestRisingRepeatsWarn(t *testing.T) {
 	if err := s.AppendAudit(ctx, events); err != nil {
 		t.Fatal(err)
 	}
-	r, err := metrics.Compute(ctx, s, m, time.Hour, now)
+	r, err := metrics.Compute(ctx, s, &m.Catalog, time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestLostEventsCountAgainstCompleteness(t *testing.T) {
 	if err := s.AppendAudit(ctx, events); err != nil {
 		t.Fatal(err)
 	}
-	r, err := metrics.Compute(ctx, s, m, time.Hour, now.Add(time.Second))
+	r, err := metrics.Compute(ctx, s, &m.Catalog, time.Hour, now.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/policy"
 	"github.com/airlockhq/airlock/upstream"
 )
@@ -45,10 +46,10 @@ type Observer interface {
 
 // Config configures a Service.
 type Config struct {
-	Manifest *airlock.Manifest // required, prepared
-	Store    airlock.PlanStore // required; it enqueues commits of approved plans
-	Guard    Committer         // required: commits go through it
-	Callers  Caller            // required
+	Manifest *manifest.Manifest // required, prepared
+	Store    airlock.PlanStore  // required; it enqueues commits of approved plans
+	Guard    Committer          // required: commits go through it
+	Callers  Caller             // required
 	// Observer is told of new plans, decisions and expiries. Default: none.
 	Observer Observer
 	// Clock. Default: the system clock.
@@ -79,7 +80,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Manifest == nil || cfg.Store == nil || cfg.Guard == nil || cfg.Callers == nil {
 		return nil, errors.New("plan: Manifest, Store, Guard and Callers are required")
 	}
-	policies, problems := policy.CompileAll(cfg.Manifest)
+	policies, problems := policy.CompileAll(&cfg.Manifest.Catalog)
 	if len(problems) > 0 {
 		return nil, &airlock.ValidationError{Problems: problems}
 	}
@@ -410,7 +411,7 @@ func (s *Service) Waiting(ctx context.Context) ([]airlock.WaitingPlans, error) {
 // WaitingByTool is Service.Waiting for a store without a service (the report).
 func WaitingByTool(ctx context.Context, st interface {
 	WaitingPlans(context.Context) ([]airlock.WaitingPlans, error)
-}, m *airlock.Manifest) ([]airlock.WaitingPlans, error) {
+}, m *manifest.Manifest) ([]airlock.WaitingPlans, error) {
 	got, err := st.WaitingPlans(ctx)
 	if err != nil {
 		return nil, err

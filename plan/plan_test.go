@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/testdb"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/plan/riverqueue"
 	"github.com/airlockhq/airlock/store/postgres"
@@ -76,7 +77,7 @@ type bundle struct {
 	obs    *recorder
 	svc    *plan.Service
 	ledger *ledger
-	m      *airlock.Manifest
+	m      *manifest.Manifest
 	tool   *airlock.Tool
 	store  airlock.Store
 }

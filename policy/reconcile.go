@@ -75,7 +75,7 @@ func CompileReconcile(t *airlock.Tool, toolIndex int) (*Reconciler, []airlock.Pr
 }
 
 // CompileAllReconcile compiles every tool's reconcile conditions, by tool name.
-func CompileAllReconcile(m *airlock.Manifest) (map[string]*Reconciler, []airlock.Problem) {
+func CompileAllReconcile(m *airlock.Catalog) (map[string]*Reconciler, []airlock.Problem) {
 	out := map[string]*Reconciler{}
 	var problems []airlock.Problem
 	for i, t := range m.Tools {

@@ -38,7 +38,7 @@ type CaseResult struct {
 
 // CompileAll compiles the rules of every irreversible tool. Problems carry
 // the rule's path in the manifest.
-func CompileAll(m *airlock.Manifest) (map[string]*Policy, []airlock.Problem) {
+func CompileAll(m *airlock.Catalog) (map[string]*Policy, []airlock.Problem) {
 	out := map[string]*Policy{}
 	var problems []airlock.Problem
 	for i, t := range m.Tools {
@@ -66,7 +66,7 @@ func LoadCases(fsys fs.FS, name string) ([]Case, error) {
 // readCases reads a tool's rule test file: an absolute path from the file
 // system (io/fs refuses rooted names), a relative one from beside the
 // manifest.
-func readCases(m *airlock.Manifest, name string) (string, []Case, error) {
+func readCases(m *airlock.Catalog, name string) (string, []Case, error) {
 	if filepath.IsAbs(name) {
 		file := filepath.Clean(name)
 		b, err := os.ReadFile(file)
@@ -105,7 +105,7 @@ func parseCases(b []byte, name string) ([]Case, error) {
 // RunTests runs every tool's rule test file. A tool with rules and no test
 // file is reported as a failing result: rules without tests are not allowed
 // to approve money.
-func RunTests(m *airlock.Manifest) ([]CaseResult, error) {
+func RunTests(m *airlock.Catalog) ([]CaseResult, error) {
 	policies, problems := CompileAll(m)
 	if len(problems) > 0 {
 		return nil, &airlock.ValidationError{Problems: problems}

@@ -23,13 +23,13 @@ type Callers func(tool *airlock.Tool) (upstream.Caller, bool)
 
 // Config configures a Reconciler.
 type Config struct {
-	Manifest *airlock.Manifest // required, prepared
-	Callers  Callers           // required
+	Catalog *airlock.Catalog // required, prepared (the manifest's tools)
+	Callers Callers          // required
 }
 
 // Reconciler implements airlock.Reconciler.
 type Reconciler struct {
-	m       *airlock.Manifest
+	m       *airlock.Catalog
 	callers Callers
 	rules   map[string]*policy.Reconciler // by side-effecting tool
 }
@@ -38,14 +38,14 @@ var _ airlock.Reconciler = (*Reconciler)(nil)
 
 // New compiles every tool's reconcile conditions.
 func New(cfg Config) (*Reconciler, error) {
-	if cfg.Manifest == nil || cfg.Callers == nil {
-		return nil, errors.New("reconcile: Manifest and Callers are required")
+	if cfg.Catalog == nil || cfg.Callers == nil {
+		return nil, errors.New("reconcile: Catalog and Callers are required")
 	}
-	rules, problems := policy.CompileAllReconcile(cfg.Manifest)
+	rules, problems := policy.CompileAllReconcile(cfg.Catalog)
 	if len(problems) > 0 {
 		return nil, &airlock.ValidationError{Problems: problems}
 	}
-	return &Reconciler{m: cfg.Manifest, callers: cfg.Callers, rules: rules}, nil
+	return &Reconciler{m: cfg.Catalog, callers: cfg.Callers, rules: rules}, nil
 }
 
 // Any reports whether some tool's in-doubt records are settled automatically.

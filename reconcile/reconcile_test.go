@@ -77,7 +77,7 @@ func TestReconcileReadsTheSystemOfRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	sor := &systemOfRecord{status: map[string]string{"WD-1": "approved", "WD-2": "queued", "WD-3": "pending", "WD-5": "garbled"}}
-	r, err := reconcile.New(reconcile.Config{Manifest: m, Callers: func(*airlock.Tool) (upstream.Caller, bool) { return sor, true }})
+	r, err := reconcile.New(reconcile.Config{Catalog: &m.Catalog, Callers: func(*airlock.Tool) (upstream.Caller, bool) { return sor, true }})
 	if err != nil {
 		t.Fatal(err)
 	}

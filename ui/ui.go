@@ -32,6 +32,7 @@ import (
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/guard"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/policy"
@@ -45,10 +46,10 @@ type Principal struct{ Name, Role string }
 
 // Config configures the UI.
 type Config struct {
-	Manifest *airlock.Manifest // required
-	Store    Store             // required (the lists and the figures)
-	Guard    *guard.Guard      // required (settling)
-	Plans    *plan.Service     // required (deciding)
+	Manifest *manifest.Manifest // required
+	Store    Store              // required (the lists and the figures)
+	Guard    *guard.Guard       // required (settling)
+	Plans    *plan.Service      // required (deciding)
 	// Authenticate maps a bearer token to its principal.
 	Authenticate func(token string) (Principal, bool)
 	// Reconcile asks the tool's reconcile_with read tool about an in-doubt
@@ -232,7 +233,7 @@ func (u *UI) Handler() http.Handler {
 	mux.HandleFunc("POST /ui/signin", u.signin)
 	if u.cfg.SSO != nil {
 		mux.HandleFunc("GET /ui/oidc/start", u.ssoStart)
-		mux.HandleFunc("GET "+airlock.OIDCCallbackPath, u.ssoCallback)
+		mux.HandleFunc("GET "+manifest.OIDCCallbackPath, u.ssoCallback)
 	}
 	mux.HandleFunc("POST /ui/signout", u.signed(u.csrf(u.signout)))
 	mux.HandleFunc("GET /ui/{$}", u.signed(u.queue))
@@ -356,7 +357,7 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 	if u.cfg.SSO != nil && page == "signin" {
 		spec := u.cfg.Manifest.Auth.OIDC
 		if spec == nil {
-			spec = &airlock.OIDCSpec{}
+			spec = &manifest.OIDCSpec{}
 		}
 		d["SSO"] = spec.LabelOr()
 	}
@@ -698,7 +699,7 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 		label string
 		d     time.Duration
 	}{{"24 hours", 24 * time.Hour}, {"7 days", 7 * 24 * time.Hour}} {
-		rr, err := metrics.Compute(r.Context(), u.cfg.Store, u.cfg.Manifest, p.d, time.Now())
+		rr, err := metrics.Compute(r.Context(), u.cfg.Store, &u.cfg.Manifest.Catalog, p.d, time.Now())
 		if err != nil {
 			u.fail(w, r, err)
 			return

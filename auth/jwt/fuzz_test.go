@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/jwt"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 // FuzzVerify: whatever arrives as a bearer token, Verify does not panic,
@@ -24,7 +25,7 @@ func FuzzVerify(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = idp.Shutdown() })
-	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
+	v := jwt.New(jwt.Config{Resource: resource, Issuers: []manifest.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
 	good, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "exp": time.Now().Add(time.Hour).Unix()})
 	if err != nil {
 		f.Fatal(err)

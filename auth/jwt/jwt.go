@@ -24,12 +24,13 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 // Config configures a Verifier.
 type Config struct {
-	Resource string               // required: auth.resource, the default audience
-	Issuers  []airlock.IssuerSpec // required: auth.issuers
+	Resource string                // required: auth.resource, the default audience
+	Issuers  []manifest.IssuerSpec // required: auth.issuers
 	// HTTPClient fetches discovery documents and keys. Default: a client
 	// with a 10s timeout.
 	HTTPClient *http.Client
@@ -79,7 +80,7 @@ const (
 )
 
 type issuer struct {
-	spec airlock.IssuerSpec
+	spec manifest.IssuerSpec
 	mu   sync.Mutex
 	keys *gooidc.RemoteKeySet // nil until the JWKS URL is known
 }
@@ -256,7 +257,7 @@ func lookup(m map[string]any, path string) any {
 
 // mapClaims names the caller and gives it the highest role its claim's
 // values map to, or the issuer's role.
-func mapClaims(spec *airlock.IssuerSpec, all map[string]any) (Principal, error) {
+func mapClaims(spec *manifest.IssuerSpec, all map[string]any) (Principal, error) {
 	name, _ := lookup(all, spec.NameClaimOr()).(string)
 	if name == "" {
 		return Principal{}, refused("the token has no %s claim to name the caller by", spec.NameClaimOr())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/jwt"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 const resource = "https://airlock.example.com/mcp"
@@ -27,7 +28,7 @@ func setup(t *testing.T) (*mockoidc.MockOIDC, *jwt.Verifier) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = idp.Shutdown() })
-	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{
+	v := jwt.New(jwt.Config{Resource: resource, Issuers: []manifest.IssuerSpec{
 		{Issuer: idp.Issuer(), RolesClaim: "scope", Roles: map[string]string{"airlock.call": airlock.RoleAgent, "airlock.approve": airlock.RoleApprover}},
 		{Issuer: "https://keycloak.example.com/realms/acme", JWKSURL: idp.JWKSEndpoint(), RolesClaim: "realm_access.roles",
 			Roles: map[string]string{"airlock-admin": airlock.RoleAdmin}, NameClaim: "azp"},
@@ -124,7 +125,7 @@ func TestVerify(t *testing.T) {
 func TestUnreachableIssuerIsNotARefusal(t *testing.T) {
 	t.Parallel()
 	idp, _ := setup(t)
-	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: "http://127.0.0.1:9", Role: airlock.RoleAgent}}})
+	v := jwt.New(jwt.Config{Resource: resource, Issuers: []manifest.IssuerSpec{{Issuer: "http://127.0.0.1:9", Role: airlock.RoleAgent}}})
 	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": "http://127.0.0.1:9", "sub": "x", "aud": resource, "exp": time.Now().Add(time.Minute).Unix()})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func BenchmarkVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = idp.Shutdown() }()
-	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
+	v := jwt.New(jwt.Config{Resource: resource, Issuers: []manifest.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
 	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "exp": time.Now().Add(time.Hour).Unix()})
 	if err != nil {
 		b.Fatal(err)
@@ -167,7 +168,7 @@ func BenchmarkVerifyFirst(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = idp.Shutdown() }()
-	v := jwt.New(jwt.Config{Resource: resource, Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
+	v := jwt.New(jwt.Config{Resource: resource, Issuers: []manifest.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent}}})
 	toks := make([]string, b.N+1)
 	for i := range toks {
 		if toks[i], err = idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "jti": i, "exp": time.Now().Add(time.Hour).Unix()}); err != nil {
@@ -193,7 +194,7 @@ func TestRememberedTokenStillExpires(t *testing.T) {
 	idp, _ := setup(t)
 	var offset atomic.Int64
 	v := jwt.New(jwt.Config{Resource: resource, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
-		Issuers: []airlock.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent, ClockSkew: airlock.NewDuration(time.Second)}}})
+		Issuers: []manifest.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent, ClockSkew: airlock.NewDuration(time.Second)}}})
 	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "exp": time.Now().Add(time.Minute).Unix()})
 	if err != nil {
 		t.Fatal(err)

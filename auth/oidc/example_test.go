@@ -5,12 +5,13 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/oidc"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 // A person's ID token claims become the name the audit log records and
 // the highest role their groups map to.
 func ExampleMapClaims() {
-	spec := &airlock.OIDCSpec{Roles: map[string]string{"payments-approvers": airlock.RoleApprover, "platform-admins": airlock.RoleAdmin}}
+	spec := &manifest.OIDCSpec{Roles: map[string]string{"payments-approvers": airlock.RoleApprover, "platform-admins": airlock.RoleAdmin}}
 	id, err := oidc.MapClaims(spec, "https://sso.acme.example/realms/acme", "f81d4fae", map[string]any{
 		"email": "ana@acme.example", "email_verified": true, "groups": []any{"staff", "payments-approvers"},
 	})

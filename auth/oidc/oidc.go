@@ -18,11 +18,12 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 // Config configures a Login.
 type Config struct {
-	Spec airlock.OIDCSpec // required: the manifest's auth.oidc
+	Spec manifest.OIDCSpec // required: the manifest's auth.oidc
 	// ClientSecret is the client's secret (read from Spec.ClientSecretEnv
 	// by the caller). Required.
 	ClientSecret string
@@ -155,7 +156,7 @@ func (l *Login) Finish(ctx context.Context, f Flow, code string) (Identity, erro
 // highest role any value of RolesClaim maps to. It refuses an email that
 // the provider says is not verified when the email names the person, and a
 // person with no role.
-func MapClaims(spec *airlock.OIDCSpec, issuer, subject string, claims map[string]any) (Identity, error) {
+func MapClaims(spec *manifest.OIDCSpec, issuer, subject string, claims map[string]any) (Identity, error) {
 	id := Identity{Subject: issuer + "#" + subject}
 	nameClaim := spec.NameClaimOr()
 	name, _ := claims[nameClaim].(string)

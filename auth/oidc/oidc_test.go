@@ -7,14 +7,15 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/oidc"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 func TestMapClaims(t *testing.T) {
 	t.Parallel()
-	spec := &airlock.OIDCSpec{Roles: map[string]string{"approvers": airlock.RoleApprover, "admins": airlock.RoleAdmin}}
+	spec := &manifest.OIDCSpec{Roles: map[string]string{"approvers": airlock.RoleApprover, "admins": airlock.RoleAdmin}}
 	for _, tc := range []struct {
 		name       string
-		spec       *airlock.OIDCSpec
+		spec       *manifest.OIDCSpec
 		claims     map[string]any
 		wantName   string
 		wantRole   string
@@ -25,7 +26,7 @@ func TestMapClaims(t *testing.T) {
 		{"a single string claim", spec, map[string]any{"email": "ana@x", "groups": "approvers"}, "ana@x", airlock.RoleApprover, ""},
 		{"no email: the username", spec, map[string]any{"preferred_username": "ana", "groups": []any{"approvers"}}, "ana", airlock.RoleApprover, ""},
 		{"nothing: the subject", spec, map[string]any{"groups": []any{"approvers"}}, "sub-1", airlock.RoleApprover, ""},
-		{"another name claim", &airlock.OIDCSpec{NameClaim: "name", RolesClaim: "roles", Roles: spec.Roles},
+		{"another name claim", &manifest.OIDCSpec{NameClaim: "name", RolesClaim: "roles", Roles: spec.Roles},
 			map[string]any{"name": "Ana Lima", "email": "ana@x", "email_verified": false, "roles": []any{"admins"}}, "Ana Lima", airlock.RoleAdmin, ""},
 		{"no group", spec, map[string]any{"email": "bob@x", "groups": []any{"staff"}}, "", "", "bob@x is in no group that may use airlock"},
 		{"no groups claim", spec, map[string]any{"email": "bob@x"}, "", "", "in no group"},

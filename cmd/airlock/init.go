@@ -31,7 +31,7 @@ func cmdInit(e *env, args []string) int {
 	if !*fromMCP {
 		return usageError(e, "init", "--from-mcp is required: airlock init reads the tools of an MCP server (--command or --url)")
 	}
-	var up airlock.MCPUpstream
+	var up manifest.MCPUpstream
 	switch {
 	case *command != "" && *url != "":
 		return usageError(e, "init", "give --command or --url, not both")
@@ -107,7 +107,7 @@ func cmdInit(e *env, args []string) int {
 	return 0
 }
 
-func serverLabel(up airlock.MCPUpstream) string {
+func serverLabel(up manifest.MCPUpstream) string {
 	if up.URL != "" {
 		return up.URL
 	}

@@ -16,7 +16,6 @@ import (
 
 	_ "time/tzdata" // business_day windows need zone data on machines without it
 
-	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
@@ -125,7 +124,7 @@ func dbFlag(fs *flag.FlagSet) *string {
 }
 
 // loadManifest loads the manifest at path, or the bundled example when path is empty.
-func loadManifest(path string) (*airlock.Manifest, error) {
+func loadManifest(path string) (*manifest.Manifest, error) {
 	if path == "" {
 		return withdrawals.Manifest()
 	}

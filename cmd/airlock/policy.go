@@ -31,7 +31,7 @@ func cmdPolicy(e *env, args []string) int {
 		}
 		return fail(e, "%v", err)
 	}
-	results, err := policy.RunTests(m)
+	results, err := policy.RunTests(&m.Catalog)
 	if err != nil {
 		return fail(e, "%v", err)
 	}

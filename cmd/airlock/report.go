@@ -49,7 +49,7 @@ func cmdReport(e *env, args []string) int {
 			return fail(e, "%v", err)
 		}
 		defer s.Close()
-		if r, err = metrics.Compute(e.ctx, s, m, *since, time.Now()); err != nil {
+		if r, err = metrics.Compute(e.ctx, s, &m.Catalog, *since, time.Now()); err != nil {
 			return fail(e, "%v", err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/examples/withdrawals/payments"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/tracing"
 )
 
@@ -185,7 +186,7 @@ func cmdServe(e *env, args []string) int {
 // startExamplePayments runs the example's payments service on the address
 // the bundled manifest names, unless something already listens there
 // (and must is false).
-func startExamplePayments(m *airlock.Manifest, dir string, must bool) (func(), error) {
+func startExamplePayments(m *manifest.Manifest, dir string, must bool) (func(), error) {
 	u, err := url.Parse(m.Upstreams["payments"].HTTP)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
 )
 
 func cmdTools(e *env, args []string) int {
@@ -92,7 +93,7 @@ func cmdToolsList(e *env, args []string) int {
 
 // writeMarkdown writes the page "Things you cannot undo": the irreversible
 // tools first, then the writes, each with its three answers; read tools last.
-func writeMarkdown(w io.Writer, m *airlock.Manifest) {
+func writeMarkdown(w io.Writer, m *manifest.Manifest) {
 	fmt.Fprintln(w, "# Things you cannot undo")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every tool an agent can call that changes something, with its three answers.")

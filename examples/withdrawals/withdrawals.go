@@ -5,7 +5,6 @@ package withdrawals
 import (
 	"embed"
 
-	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/manifest"
 )
 
@@ -19,6 +18,6 @@ const ManifestName = "airlock.yaml"
 
 // Manifest loads the bundled example's manifest (what airlock serve runs
 // with no --config).
-func Manifest() (*airlock.Manifest, error) {
+func Manifest() (*manifest.Manifest, error) {
 	return manifest.LoadFS(Files, ManifestName, "examples/withdrawals/airlock.yaml")
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/guard"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/plan/riverqueue"
@@ -52,7 +53,7 @@ import (
 // other field's zero value is its default.
 type Config struct {
 	// Manifest is the prepared manifest. Required.
-	Manifest *airlock.Manifest
+	Manifest *manifest.Manifest
 	// ManifestDir is where relative paths of MCP upstream commands are
 	// found. Default: the current directory.
 	ManifestDir string
@@ -106,7 +107,7 @@ type Config struct {
 
 // App is one assembled server.
 type App struct {
-	Manifest   *airlock.Manifest
+	Manifest   *manifest.Manifest
 	Store      airlock.Store
 	Guard      *guard.Guard
 	Reaper     *guard.Reaper // the guard's maintenance: expired leases, purge, reconciliation
@@ -182,10 +183,10 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	}, InDoubt: a.Store.InDoubtByTool}); err != nil {
 		return nil, err
 	}
-	a.Metrics.SetTimeouts(m)
+	a.Metrics.SetTimeouts(&m.Catalog)
 
 	a.connectUpstreams()
-	if a.Reconciler, err = reconcile.New(reconcile.Config{Manifest: m, Callers: a.caller}); err != nil {
+	if a.Reconciler, err = reconcile.New(reconcile.Config{Catalog: &m.Catalog, Callers: a.caller}); err != nil {
 		return nil, err
 	}
 	// The reaper lists in-doubt records only when some tool can settle them.
@@ -363,8 +364,8 @@ func secretFromEnv(field, name string) (string, error) {
 	return v, nil
 }
 
-func mcpOptions(u *airlock.MCPUpstream) *upmcp.Options {
-	return &upmcp.Options{SessionPerAgent: u.Sessions == airlock.SessionsPerAgent}
+func mcpOptions(u *manifest.MCPUpstream) *upmcp.Options {
+	return &upmcp.Options{SessionPerAgent: u.Sessions == manifest.SessionsPerAgent}
 }
 
 // caller finds a tool's upstream: an in-process func first, then the

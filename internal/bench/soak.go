@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/metrics"
 )
 
@@ -86,8 +87,8 @@ type Purge struct {
 var soakTools = []string{"write_a", "write_b", "approve"}
 
 // SoakManifest is the manifest the report of a soak run is computed with.
-func SoakManifest() *airlock.Manifest {
-	m := &airlock.Manifest{Version: 1}
+func SoakManifest() *manifest.Manifest {
+	m := &manifest.Manifest{Version: 1}
 	for _, name := range soakTools {
 		m.Tools = append(m.Tools, &airlock.Tool{Name: name, Kind: airlock.KindWrite})
 	}
@@ -247,7 +248,7 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 	}
 
 	t = time.Now()
-	report, err := metrics.Compute(ctx, s, SoakManifest(), 24*time.Hour, now)
+	report, err := metrics.Compute(ctx, s, &SoakManifest().Catalog, 24*time.Hour, now)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/app"
+	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/upstream"
 	"github.com/airlockhq/airlock/upstream/httpjson"
 )
@@ -119,7 +120,7 @@ func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through
 	t.tool = Tool()
 	t.tool.Window = &w
 	t.tool.Upstream = &airlock.ToolUpstream{Name: "bench", Path: "/do"}
-	m := &airlock.Manifest{Version: 1, Upstreams: map[string]airlock.Upstream{"bench": {HTTP: up}}, Tools: []*airlock.Tool{t.tool}}
+	m := &manifest.Manifest{Version: 1, Upstreams: map[string]manifest.Upstream{"bench": {HTTP: up}}, Catalog: airlock.Catalog{Tools: []*airlock.Tool{t.tool}}}
 	if err := m.Prepare(); err != nil {
 		t.Close()
 		return nil, err

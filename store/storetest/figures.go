@@ -130,7 +130,7 @@ func RunFigures(t *testing.T, newStore NewStore) {
 		now := time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second)
 		events, _ := mixedEvents(now, 2000, 11)
 		must(t, s.AppendAudit(ctx, events))
-		m := &airlock.Manifest{Tools: []*airlock.Tool{
+		m := &airlock.Catalog{Tools: []*airlock.Tool{
 			{Name: "write_a", Kind: airlock.KindWrite, Timeout: &airlock.Duration{Duration: 2 * time.Second}},
 			{Name: "write_b", Kind: airlock.KindWrite},
 		}}
@@ -349,7 +349,7 @@ func BenchReport(b *testing.B, newStore NewStore) {
 			}
 		}
 	}
-	m := &airlock.Manifest{Tools: []*airlock.Tool{{Name: "write_a", Kind: airlock.KindWrite}, {Name: "write_b", Kind: airlock.KindWrite}}}
+	m := &airlock.Catalog{Tools: []*airlock.Tool{{Name: "write_a", Kind: airlock.KindWrite}, {Name: "write_b", Kind: airlock.KindWrite}}}
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := metrics.Compute(ctx, s, m, 24*time.Hour, now); err != nil {

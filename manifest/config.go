@@ -1,10 +1,10 @@
-package airlock
+package manifest
 
 import (
 	"cmp"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/netip"
 	"net/url"
@@ -13,58 +13,38 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/airlockhq/airlock"
 )
 
-// ToolKind says what a tool does to the world.
-type ToolKind string
-
-// Tool kinds.
-const (
-	KindRead         ToolKind = "read"         // no side effect
-	KindWrite        ToolKind = "write"        // a side effect that can be undone or is harmless to repeat under a key
-	KindIrreversible ToolKind = "irreversible" // money, mail, deletion, external systems: plan → approve → commit
-)
-
-// SideEffecting reports whether calls of this kind go through the guard.
-func (k ToolKind) SideEffecting() bool { return k == KindWrite || k == KindIrreversible }
-
-// Defaults for tool settings left out of the manifest.
-const (
-	DefaultGrace      = 10 * time.Minute
-	DefaultTimeout    = 30 * time.Second
-	DefaultRepeatWait = 15 * time.Second
-)
-
-// Manifest is the tool manifest, airlock.yaml (docs/configuration.md, "The manifest").
+// Manifest is airlock.yaml (docs/configuration.md, "The manifest"): the
+// tools and their calendar (airlock.Catalog, the domain) and the server's
+// configuration around them.
 type Manifest struct {
-	Version   int                 `yaml:"version" json:"version"`
-	Calendar  Calendar            `yaml:"calendar" json:"calendar"`
-	Auth      Auth                `yaml:"auth" json:"auth"`
-	Upstreams map[string]Upstream `yaml:"upstreams" json:"upstreams,omitempty"`
-	Tools     []*Tool             `yaml:"tools" json:"tools"`
+	Version         int `yaml:"version" json:"version"`
+	airlock.Catalog `yaml:",inline"`
+	Auth            Auth                `yaml:"auth" json:"auth"`
+	Upstreams       map[string]Upstream `yaml:"upstreams" json:"upstreams,omitempty"`
 	// Notify says where to announce plans that wait for a person.
 	Notify Notify `yaml:"notify" json:"notify,omitempty"`
 	// Retention says how long records, audit events and figures are kept.
 	Retention Retention `yaml:"retention" json:"retention,omitzero"`
 	// Limits bound what one request may carry.
 	Limits Limits `yaml:"limits" json:"limits,omitzero"`
-
-	// Source is the file the manifest came from, for messages; set by the loader.
-	Source string `yaml:"-" json:"-"`
-	// Files reads files the manifest names (rule tests), relative to the
-	// manifest's directory; set by the loader, nil for a manifest built in code.
-	Files fs.FS `yaml:"-" json:"-"`
-
-	byName map[string]*Tool
 }
 
-// Calendar defines business days for business_day windows.
-type Calendar struct {
-	Timezone Timezone `yaml:"timezone" json:"timezone"`
-	// Cutoff: a call at or after it belongs to the next business day.
-	// Default: none (the day ends at midnight).
-	Cutoff   *ClockTime `yaml:"cutoff" json:"cutoff,omitempty"`
-	Holidays []Date     `yaml:"holidays" json:"holidays,omitempty"`
+// Prepare applies defaults, indexes the tools and validates. Call it once
+// after building a manifest in code; the loader prepares what it loads.
+func (m *Manifest) Prepare() error {
+	m.ApplyDefaults()
+	for _, t := range m.Tools {
+		if t != nil && t.Upstream != nil {
+			if u, ok := m.Upstreams[t.Upstream.Name]; ok {
+				t.HonorsKey = u.HonorsIdempotencyKey
+			}
+		}
+	}
+	return m.Validate()
 }
 
 // Notify configures notifications.
@@ -86,14 +66,14 @@ type Retention struct {
 	// Records: how long a completed record stays after its window ends
 	// (run windows: after the call); a repeat within it gets the first
 	// result. Forever windows are kept. Default 7d.
-	Records *Duration `yaml:"records" json:"records,omitempty"`
+	Records *airlock.Duration `yaml:"records" json:"records,omitempty"`
 	// Audit: how long sealed audit events are kept; older ones are purged
 	// and the chain stays verifiable from an anchor. Archive them first
 	// with `airlock audit export --until`. Default: kept forever. At least 1d.
-	Audit *Duration `yaml:"audit" json:"audit,omitempty"`
+	Audit *airlock.Duration `yaml:"audit" json:"audit,omitempty"`
 	// Figures: how long the per-minute rollup behind the report and the
 	// page's figures is kept. Default 400d. At least 1d.
-	Figures *Duration `yaml:"figures" json:"figures,omitempty"`
+	Figures *airlock.Duration `yaml:"figures" json:"figures,omitempty"`
 }
 
 // Default retention.
@@ -114,7 +94,7 @@ func (r *Retention) FiguresOr() time.Duration { return durOr(r.Figures, DefaultF
 func (r *Retention) validate(v *validator) {
 	for _, f := range []struct {
 		path string
-		d    *Duration
+		d    *airlock.Duration
 		min  time.Duration
 	}{
 		{"retention.records", r.Records, time.Minute},
@@ -123,8 +103,8 @@ func (r *Retention) validate(v *validator) {
 	} {
 		switch {
 		case f.d == nil:
-		case f.d.err != nil:
-			v.add(f.path, "%v", f.d.err)
+		case f.d.Err() != nil:
+			v.add(f.path, "%v", f.d.Err())
 		case f.d.Duration < f.min:
 			v.add(f.path, "must be at least %s, not %s", fmtDays(f.min), f.d.Duration)
 		}
@@ -142,17 +122,17 @@ func fmtDays(d time.Duration) string {
 type Limits struct {
 	// RequestBytes caps one request: an HTTP API body, and one MCP message
 	// over HTTP or stdio. Default 1 MiB; from 1 KiB to 64 MiB.
-	RequestBytes *ByteSize `yaml:"request_bytes" json:"request_bytes,omitempty"`
+	RequestBytes *airlock.ByteSize `yaml:"request_bytes" json:"request_bytes,omitempty"`
 	// RunIDBytes caps a call's run id (MCP _meta, X-Airlock-Run, run_id).
 	// Default 256 bytes; from 16 bytes to 4 KiB.
-	RunIDBytes *ByteSize `yaml:"run_id_bytes" json:"run_id_bytes,omitempty"`
+	RunIDBytes *airlock.ByteSize `yaml:"run_id_bytes" json:"run_id_bytes,omitempty"`
 	// CacheBytes bounds the in-process cache of completed records by the
 	// bytes they hold (it also holds at most 10,000). Default 64 MiB; from
 	// 1 MiB to 16 GiB.
-	CacheBytes *ByteSize `yaml:"cache_bytes" json:"cache_bytes,omitempty"`
+	CacheBytes *airlock.ByteSize `yaml:"cache_bytes" json:"cache_bytes,omitempty"`
 	// MCPSessionIdle closes an MCP session (over HTTP) that has had no
 	// request for this long. Default 30m; from 1s to 7d.
-	MCPSessionIdle Duration `yaml:"mcp_session_idle" json:"mcp_session_idle,omitzero"`
+	MCPSessionIdle airlock.Duration `yaml:"mcp_session_idle" json:"mcp_session_idle,omitzero"`
 	// MCPSessionsPerToken caps the MCP sessions one token holds open; an
 	// initialize beyond it gets 429. Default 100; from 1 to 100,000.
 	MCPSessionsPerToken int `yaml:"mcp_sessions_per_token" json:"mcp_sessions_per_token,omitempty"`
@@ -161,7 +141,7 @@ type Limits struct {
 	Connections int `yaml:"connections" json:"connections,omitempty"`
 	// BodyTimeout is how long a request's body may take to arrive. Default
 	// 30s; from 1s to 10m.
-	BodyTimeout Duration `yaml:"body_timeout" json:"body_timeout,omitzero"`
+	BodyTimeout airlock.Duration `yaml:"body_timeout" json:"body_timeout,omitzero"`
 }
 
 // ConnectionsOr returns the connection cap, 1024 when unset.
@@ -181,26 +161,23 @@ const (
 
 // RunIDBytesOr returns the run id limit, DefaultMaxRunIDBytes when unset.
 func (l *Limits) RunIDBytesOr() int {
-	if l.RunIDBytes == nil || l.RunIDBytes.err != nil {
-		return DefaultMaxRunIDBytes
+	if l.RunIDBytes == nil || l.RunIDBytes.Err() != nil {
+		return airlock.DefaultMaxRunIDBytes
 	}
 	return int(l.RunIDBytes.Bytes)
 }
 
-// DefaultCacheBytes bounds the record cache by bytes (Config.CacheBytes).
-const DefaultCacheBytes = 64 << 20
-
 // CacheBytesOr returns the cache's byte bound, DefaultCacheBytes when unset.
 func (l *Limits) CacheBytesOr() int64 {
-	if l.CacheBytes == nil || l.CacheBytes.err != nil {
-		return DefaultCacheBytes
+	if l.CacheBytes == nil || l.CacheBytes.Err() != nil {
+		return airlock.DefaultCacheBytes
 	}
 	return l.CacheBytes.Bytes
 }
 
 // RequestBytesOr returns the request limit, DefaultRequestBytes when unset.
 func (l *Limits) RequestBytesOr() int64 {
-	if l.RequestBytes == nil || l.RequestBytes.err != nil {
+	if l.RequestBytes == nil || l.RequestBytes.Err() != nil {
 		return DefaultRequestBytes
 	}
 	return l.RequestBytes.Bytes
@@ -209,29 +186,29 @@ func (l *Limits) RequestBytesOr() int64 {
 func (l *Limits) validate(v *validator) {
 	switch b := l.RequestBytes; {
 	case b == nil:
-	case b.err != nil:
-		v.add("limits.request_bytes", "%v", b.err)
+	case b.Err() != nil:
+		v.add("limits.request_bytes", "%v", b.Err())
 	case b.Bytes < minRequestBytes || b.Bytes > maxRequestBytes:
 		v.add("limits.request_bytes", "must be from 1KiB to 64MiB, not %d bytes", b.Bytes)
 	}
 	switch b := l.RunIDBytes; {
 	case b == nil:
-	case b.err != nil:
-		v.add("limits.run_id_bytes", "%v", b.err)
+	case b.Err() != nil:
+		v.add("limits.run_id_bytes", "%v", b.Err())
 	case b.Bytes < 16 || b.Bytes > 4<<10:
 		v.add("limits.run_id_bytes", "must be from 16 bytes to 4KiB, not %d bytes", b.Bytes)
 	}
 	switch d := l.MCPSessionIdle; {
-	case d.problem() != nil:
-		v.add("limits.mcp_session_idle", "%v", d.problem())
-	case d.raw != "" && (d.Duration < time.Second || d.Duration > 7*24*time.Hour):
-		v.add("limits.mcp_session_idle", "must be from 1s to 7d, not %s", d.raw)
+	case d.Err() != nil:
+		v.add("limits.mcp_session_idle", "%v", d.Err())
+	case d.Raw() != "" && (d.Duration < time.Second || d.Duration > 7*24*time.Hour):
+		v.add("limits.mcp_session_idle", "must be from 1s to 7d, not %s", d.Raw())
 	}
 	switch d := l.BodyTimeout; {
-	case d.problem() != nil:
-		v.add("limits.body_timeout", "%v", d.problem())
-	case d.raw != "" && (d.Duration < time.Second || d.Duration > 10*time.Minute):
-		v.add("limits.body_timeout", "must be from 1s to 10m, not %s", d.raw)
+	case d.Err() != nil:
+		v.add("limits.body_timeout", "%v", d.Err())
+	case d.Raw() != "" && (d.Duration < time.Second || d.Duration > 10*time.Minute):
+		v.add("limits.body_timeout", "must be from 1s to 10m, not %s", d.Raw())
 	}
 	if n := l.Connections; n != 0 && (n < 16 || n > 1_000_000) {
 		v.add("limits.connections", "must be from 16 to 1000000, not %d", n)
@@ -241,8 +218,8 @@ func (l *Limits) validate(v *validator) {
 	}
 	switch b := l.CacheBytes; {
 	case b == nil:
-	case b.err != nil:
-		v.add("limits.cache_bytes", "%v", b.err)
+	case b.Err() != nil:
+		v.add("limits.cache_bytes", "%v", b.Err())
 	case b.Bytes < 1<<20 || b.Bytes > 16<<30:
 		v.add("limits.cache_bytes", "must be from 1MiB to 16GiB, not %d bytes", b.Bytes)
 	}
@@ -297,7 +274,7 @@ type IssuerSpec struct {
 	Role string `yaml:"role" json:"role,omitempty"`
 	// ClockSkew is how far the issuer's clock may be from airlock's for
 	// exp and nbf. Default 1m.
-	ClockSkew Duration `yaml:"clock_skew" json:"clock_skew,omitempty"`
+	ClockSkew airlock.Duration `yaml:"clock_skew" json:"clock_skew,omitempty"`
 }
 
 // AudienceOr is Audience or the resource.
@@ -408,7 +385,7 @@ func (o *OIDCSpec) validate(v *validator) {
 		v.add(p+".roles", "required: which values of the %s claim make an approver or an admin", o.RolesClaimOr())
 	}
 	for _, value := range slices.Sorted(maps.Keys(o.Roles)) {
-		if role := o.Roles[value]; role != RoleApprover && role != RoleAdmin {
+		if role := o.Roles[value]; role != airlock.RoleApprover && role != airlock.RoleAdmin {
 			v.add(fmt.Sprintf("%s.roles[%q]", p, value), "%q is not a role the page has: want approver or admin", role)
 		}
 	}
@@ -453,30 +430,6 @@ func parseProxy(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(ip, ip.BitLen()), nil
 }
 
-// Roles.
-const (
-	RoleAgent    = "agent"
-	RoleApprover = "approver"
-	RoleAdmin    = "admin"
-	// RoleSystem is airlock acting by itself (reconciliation); no token
-	// can hold it.
-	RoleSystem = "system"
-)
-
-// RoleRank orders the roles for "the highest wins": agent < approver <
-// admin; any other string is 0.
-func RoleRank(role string) int {
-	switch role {
-	case RoleAgent:
-		return 1
-	case RoleApprover:
-		return 2
-	case RoleAdmin:
-		return 3
-	}
-	return 0
-}
-
 // TokenSpec is one bearer token, stored as the hex SHA-256 of the token or
 // read from an environment variable at start.
 type TokenSpec struct {
@@ -519,191 +472,12 @@ const (
 	SessionsPerAgent = "per_agent"
 )
 
-// Tool is one operation an agent may call.
-type Tool struct {
-	Name        string         `yaml:"name" json:"name"`
-	Kind        ToolKind       `yaml:"kind" json:"kind"`
-	Description string         `yaml:"description" json:"description,omitempty"`
-	InputSchema map[string]any `yaml:"input_schema" json:"input_schema,omitempty"`
-	NaturalKey  []KeyField     `yaml:"natural_key" json:"natural_key,omitempty"`
-	Window      *Window        `yaml:"window" json:"window,omitempty"`
-	// Grace: a repeat from the same run this long after a window boundary
-	// matches the previous window's record. Default 10m.
-	Grace *Duration `yaml:"grace" json:"grace,omitempty"`
-	// Timeout: the upstream call limit. Default 30s.
-	Timeout *Duration `yaml:"timeout" json:"timeout,omitempty"`
-	// RespondWithin: answer in_progress after this long while the call goes
-	// on. Default: wait for the outcome (bounded by Timeout).
-	RespondWithin *Duration `yaml:"respond_within" json:"respond_within,omitempty"`
-	// RepeatWait: how long a repeat waits for a running first call. Default 15s.
-	RepeatWait *Duration `yaml:"repeat_wait" json:"repeat_wait,omitempty"`
-	// OnMismatch: what a repeat with other arguments gets. Default replay.
-	OnMismatch     MismatchPolicy `yaml:"on_mismatch" json:"on_mismatch,omitempty"`
-	MaxCallsPerRun int            `yaml:"max_calls_per_run" json:"max_calls_per_run,omitempty"` // 0: no limit
-	ReconcileWith  string         `yaml:"reconcile_with" json:"reconcile_with,omitempty"`
-	// Reconcile says how reconcile_with's answer tells whether in-doubt work
-	// happened, so that the reaper settles such records by itself. Default:
-	// none (a person reads the answer and settles).
-	Reconcile *Reconcile    `yaml:"reconcile" json:"reconcile,omitempty"`
-	Upstream  *ToolUpstream `yaml:"upstream" json:"upstream,omitempty"`
-	Answers   Answers       `yaml:"answers" json:"answers"`
-	Approval  *Approval     `yaml:"approval" json:"approval,omitempty"`
-
-	// HonorsKey is set by Prepare from the upstream's honors_idempotency_key:
-	// an outcome-unknown call may be re-driven with the same key.
-	HonorsKey bool `yaml:"-" json:"-"`
-}
-
-// Reconcile holds CEL conditions over the reconcile_with tool's answer
-// (result), the in-doubt call's arguments (args) and the tool's name (tool).
-// When HappenedWhen holds, the record is settled as happened, with the
-// answer as its result; when NotHappenedWhen holds, it is settled as not
-// happened and its key is freed. When neither holds (or the read tool
-// fails), the record stays in doubt and is asked about again later.
-type Reconcile struct {
-	HappenedWhen    string `yaml:"happened_when" json:"happened_when"`
-	NotHappenedWhen string `yaml:"not_happened_when" json:"not_happened_when,omitempty"`
-}
-
-// MismatchPolicy is what a repeat with the same key and other arguments gets.
-type MismatchPolicy string
-
-// Mismatch policies.
-const (
-	MismatchReplay MismatchPolicy = "replay" // the first result, repeat: true, and a conflict naming the fields
-	MismatchReject MismatchPolicy = "reject" // a clear refusal
-)
-
-// KeyField is one natural-key field: a path into the arguments and the
-// normalizers applied, in order, before it goes into the key.
-type KeyField struct {
-	Field     string   `yaml:"field" json:"field"`
-	Normalize []string `yaml:"normalize" json:"normalize,omitempty"`
-}
-
-// ToolUpstream names the upstream that executes a tool: a path for HTTP
-// upstreams, a tool name for MCP upstreams.
-type ToolUpstream struct {
-	Name string `yaml:"name" json:"name"`
-	Path string `yaml:"path" json:"path,omitempty"`
-	Tool string `yaml:"tool" json:"tool,omitempty"`
-}
-
-// Answers are the three questions every side-effecting tool must answer.
-type Answers struct {
-	Undo     string `yaml:"undo" json:"undo,omitempty"`
-	Approver string `yaml:"approver" json:"approver,omitempty"`
-	OnRepeat string `yaml:"on_repeat" json:"on_repeat,omitempty"`
-}
-
-// Approval is the plan → approve → commit configuration of an irreversible tool.
-type Approval struct {
-	Lookup        *Lookup   `yaml:"lookup" json:"lookup,omitempty"`
-	Rules         []Rule    `yaml:"rules" json:"rules"`
-	ExpiresAfter  *Duration `yaml:"expires_after" json:"expires_after,omitempty"`
-	WaitForCommit *Duration `yaml:"wait_for_commit" json:"wait_for_commit,omitempty"`
-	Tests         string    `yaml:"tests" json:"tests,omitempty"`
-}
-
-// ExpiresAfterOr is how long a plan waits for a person before it expires:
-// expires_after, default 24h.
-func (a *Approval) ExpiresAfterOr() time.Duration {
-	if a != nil && a.ExpiresAfter != nil && a.ExpiresAfter.IsSet() {
-		return a.ExpiresAfter.Duration
-	}
-	return 24 * time.Hour
-}
-
-// Lookup names the read tool whose result becomes the facts, and how its
-// arguments are taken from the plan's arguments (CEL expressions).
-type Lookup struct {
-	Tool string            `yaml:"tool" json:"tool"`
-	Args map[string]string `yaml:"args" json:"args,omitempty"`
-}
-
-// Rule is a named approval rule; the first whose When holds decides.
-type Rule struct {
-	Name   string `yaml:"name" json:"name"`
-	When   string `yaml:"when" json:"when"`
-	Decide string `yaml:"decide" json:"decide"`
-}
-
-// Tool returns the tool with that name, or nil. It needs Prepare.
-func (m *Manifest) Tool(name string) *Tool {
-	if m.byName == nil {
-		return nil
-	}
-	return m.byName[name]
-}
-
-// ToolNames returns the tools' names in manifest order.
-func (m *Manifest) ToolNames() []string {
-	names := make([]string, len(m.Tools))
-	for i, t := range m.Tools {
-		names[i] = t.Name
-	}
-	return names
-}
-
-// Prepare applies defaults, indexes the tools and validates. Call it once
-// after building or loading a manifest.
-func (m *Manifest) Prepare() error {
-	m.applyDefaults()
-	return m.Validate()
-}
-
-func (m *Manifest) applyDefaults() {
-	m.byName = make(map[string]*Tool, len(m.Tools))
-	for _, t := range m.Tools {
-		if t == nil {
-			continue
-		}
-		if _, dup := m.byName[t.Name]; !dup {
-			m.byName[t.Name] = t
-		}
-		if t.OnMismatch == "" {
-			t.OnMismatch = MismatchReplay
-		}
-		if t.Upstream != nil {
-			if u, ok := m.Upstreams[t.Upstream.Name]; ok {
-				t.HonorsKey = u.HonorsIdempotencyKey
-			}
-		}
-	}
-}
-
-// GraceOr returns the tool's grace, DefaultGrace when unset.
-func (t *Tool) GraceOr() time.Duration { return durOr(t.Grace, DefaultGrace) }
-
-// TimeoutOr returns the tool's timeout, DefaultTimeout when unset.
-func (t *Tool) TimeoutOr() time.Duration { return durOr(t.Timeout, DefaultTimeout) }
-
-// RepeatWaitOr returns the tool's repeat_wait, DefaultRepeatWait when unset.
-func (t *Tool) RepeatWaitOr() time.Duration { return durOr(t.RepeatWait, DefaultRepeatWait) }
-
-// RespondWithinOr returns respond_within, 0 (wait for the outcome) when unset.
-func (t *Tool) RespondWithinOr() time.Duration { return durOr(t.RespondWithin, 0) }
-
-func durOr(d *Duration, def time.Duration) time.Duration {
-	if d == nil || !d.IsSet() {
-		return def
-	}
-	return d.Duration
-}
-
-var toolNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
-
-// ValidToolName reports whether name may name a tool: a letter, then
-// letters, digits, _ . or - (at most 64).
-func ValidToolName(name string) bool { return toolNameRE.MatchString(name) }
-
 // Validate reports every problem with the manifest, each with its path.
 func (m *Manifest) Validate() error {
 	v := &validator{}
 	if m.Version != 1 {
 		v.add("version", "must be 1 (got %d)", m.Version)
 	}
-	m.Calendar.validate(v)
 	m.Auth.validate(v)
 	m.Retention.validate(v)
 	m.Limits.validate(v)
@@ -712,52 +486,14 @@ func (m *Manifest) Validate() error {
 			v.add("notify.webhook", "%q is not an http(s) URL", m.Notify.Webhook)
 		}
 	}
-	upNames := make([]string, 0, len(m.Upstreams))
-	for n := range m.Upstreams {
-		upNames = append(upNames, n)
-	}
-	sort.Strings(upNames)
-	for _, n := range upNames {
+	for _, n := range slices.Sorted(maps.Keys(m.Upstreams)) {
 		m.Upstreams[n].validate(v, "upstreams."+n)
 	}
-	if len(m.Tools) == 0 {
-		v.add("tools", "at least one tool is required")
-	}
-	seen := map[string]int{}
-	usesBusinessDay := false
-	for i, t := range m.Tools {
-		p := fmt.Sprintf("tools[%d]", i)
-		if t == nil {
-			v.add(p, "empty tool entry")
-			continue
-		}
-		if j, dup := seen[t.Name]; dup && t.Name != "" {
-			v.add(p+".name", "tool %q is declared twice (first at tools[%d])", t.Name, j)
-		}
-		seen[t.Name] = i
-		t.validate(v, p, m)
-		if t.Window != nil && t.Window.Kind == WindowBusinessDay {
-			usesBusinessDay = true
-		}
-	}
-	if usesBusinessDay && m.Calendar.Timezone.Name == "" {
-		v.add("calendar.timezone", "required: a tool uses the business_day window (for example America/New_York)")
+	var ve *airlock.ValidationError
+	if errors.As(m.ValidateWith(m.checkUpstream), &ve) {
+		v.problems = append(v.problems, ve.Problems...)
 	}
 	return v.err()
-}
-
-func (c *Calendar) validate(v *validator) {
-	if c.Timezone.Name != "" && c.Timezone.err != nil {
-		v.add("calendar.timezone", "%v", c.Timezone.err)
-	}
-	if c.Cutoff != nil && c.Cutoff.err != nil {
-		v.add("calendar.cutoff", "%v", c.Cutoff.err)
-	}
-	for i, d := range c.Holidays {
-		if d.err != nil {
-			v.add(fmt.Sprintf("calendar.holidays[%d]", i), "%v", d.err)
-		}
-	}
 }
 
 func (a *Auth) validate(v *validator) {
@@ -792,15 +528,15 @@ func (a *Auth) validate(v *validator) {
 			v.add(p+".roles", "required: which values of the %s claim make an agent, approver or admin (or role: for every token of the issuer)", is.RolesClaimOr())
 		}
 		for _, value := range slices.Sorted(maps.Keys(is.Roles)) {
-			if role := is.Roles[value]; RoleRank(role) == 0 {
+			if role := is.Roles[value]; airlock.RoleRank(role) == 0 {
 				v.add(fmt.Sprintf("%s.roles[%q]", p, value), "%q is not a role: want agent, approver or admin", role)
 			}
 		}
-		if is.Role != "" && RoleRank(is.Role) == 0 {
+		if is.Role != "" && airlock.RoleRank(is.Role) == 0 {
 			v.add(p+".role", "%q is not a role: want agent, approver or admin", is.Role)
 		}
-		if is.ClockSkew.err != nil {
-			v.add(p+".clock_skew", "%v", is.ClockSkew.err)
+		if is.ClockSkew.Err() != nil {
+			v.add(p+".clock_skew", "%v", is.ClockSkew.Err())
 		} else if is.ClockSkew.Duration < 0 || is.ClockSkew.Duration > 10*time.Minute {
 			v.add(p+".clock_skew", "must be from 0 to 10m, not %s", is.ClockSkew.Duration)
 		}
@@ -820,7 +556,7 @@ func (a *Auth) validate(v *validator) {
 		}
 		seen[tok.Name] = true
 		switch tok.Role {
-		case RoleAgent, RoleApprover, RoleAdmin:
+		case airlock.RoleAgent, airlock.RoleApprover, airlock.RoleAdmin:
 		default:
 			v.add(p+".role", "%q is not a role: want agent, approver or admin", tok.Role)
 		}
@@ -874,116 +610,13 @@ func (u Upstream) validate(v *validator, p string) {
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,31}$`)
 
-func (t *Tool) validate(v *validator, p string, m *Manifest) {
-	if !toolNameRE.MatchString(t.Name) {
-		v.add(p+".name", "%q is not a tool name: want a letter, then letters, digits, _ . or - (at most 64)", t.Name)
+// checkUpstream checks that a tool's upstream is one the manifest names,
+// with what that kind of upstream needs (an airlock.ToolCheck).
+func (m *Manifest) checkUpstream(t *airlock.Tool, p string) []airlock.Problem {
+	if t.Upstream == nil {
+		return nil
 	}
-	name := t.Name
-	switch t.Kind {
-	case KindRead, KindWrite, KindIrreversible:
-	case "":
-		v.add(p+".kind", "tool %s: required: read, write or irreversible", name)
-	default:
-		v.add(p+".kind", "tool %s: %q is not a kind: want read, write or irreversible", name, t.Kind)
-	}
-	if t.InputSchema != nil {
-		if typ, _ := t.InputSchema["type"].(string); typ != "object" {
-			v.add(p+".input_schema.type", "tool %s: the input schema must be {type: object, ...}", name)
-		}
-	}
-	for _, d := range []struct {
-		field string
-		d     *Duration
-	}{{"grace", t.Grace}, {"timeout", t.Timeout}, {"respond_within", t.RespondWithin}, {"repeat_wait", t.RepeatWait}} {
-		if d.d != nil && d.d.problem() != nil {
-			v.add(p+"."+d.field, "tool %s: %v", name, d.d.problem())
-		}
-	}
-	if t.Window != nil && t.Window.err != nil {
-		v.add(p+".window", "tool %s: %v", name, t.Window.err)
-	}
-	switch t.OnMismatch {
-	case MismatchReplay, MismatchReject, "":
-	default:
-		v.add(p+".on_mismatch", "tool %s: %q is not allowed: want replay or reject", name, t.OnMismatch)
-	}
-	if t.MaxCallsPerRun < 0 {
-		v.add(p+".max_calls_per_run", "tool %s: must be 0 (no limit) or more", name)
-	}
-	if t.Upstream != nil {
-		t.validateUpstream(v, p, m)
-	}
-	if !t.Kind.SideEffecting() {
-		if len(t.NaturalKey) > 0 {
-			v.add(p+".natural_key", "tool %s: a read tool has no key; make it write or irreversible to guard it", name)
-		}
-		if t.Approval != nil {
-			v.add(p+".approval", "tool %s: only irreversible tools have an approval", name)
-		}
-		return
-	}
-	// The three questions (docs/concepts.md, "The three questions").
-	for _, q := range []struct{ field, question, answer string }{
-		{"undo", "can it be undone", t.Answers.Undo},
-		{"approver", "who approves it", t.Answers.Approver},
-		{"on_repeat", "what happens if it repeats", t.Answers.OnRepeat},
-	} {
-		if strings.TrimSpace(q.answer) == "" {
-			v.add(p+".answers."+q.field, "tool %s: missing answer to %q (answers.%s); without the three answers a tool can only be read", name, q.question, q.field)
-		}
-	}
-	if len(t.NaturalKey) == 0 {
-		v.add(p+".natural_key", "tool %s: required for %s tools: the argument fields that make one piece of work unique", name, t.Kind)
-	}
-	seenField := map[string]bool{}
-	for i, kf := range t.NaturalKey {
-		fp := fmt.Sprintf("%s.natural_key[%d]", p, i)
-		if kf.Field == "" {
-			v.add(fp+".field", "tool %s: required: a path into the arguments such as record_id or payee.account", name)
-			continue
-		}
-		if seenField[kf.Field] {
-			v.add(fp+".field", "tool %s: field %q is listed twice", name, kf.Field)
-		}
-		seenField[kf.Field] = true
-		if !schemaHasPath(t.InputSchema, kf.Field) {
-			v.add(fp+".field", "tool %s: natural-key field %q is not in the input schema's properties", name, kf.Field)
-		}
-		for j, n := range kf.Normalize {
-			if _, ok := normalizers[n]; !ok {
-				v.add(fmt.Sprintf("%s.normalize[%d]", fp, j), "tool %s: %q is not a normalizer: want one of %s", name, n, strings.Join(NormalizerNames(), ", "))
-			}
-		}
-	}
-	if t.Window == nil {
-		v.add(p+".window", "tool %s: required for %s tools: business_day, run, forever or a duration such as 24h", name, t.Kind)
-	}
-	if t.Reconcile != nil {
-		switch {
-		case t.ReconcileWith == "":
-			v.add(p+".reconcile", "tool %s: reconcile needs reconcile_with: the read tool whose answer it reads", name)
-		case strings.TrimSpace(t.Reconcile.HappenedWhen) == "":
-			v.add(p+".reconcile.happened_when", "tool %s: required: a CEL condition over result that holds when the work happened", name)
-		}
-	}
-	if t.ReconcileWith != "" {
-		if r := m.Tool(t.ReconcileWith); r == nil {
-			v.add(p+".reconcile_with", "tool %s: no tool named %q", name, t.ReconcileWith)
-		} else if r.Kind != KindRead {
-			v.add(p+".reconcile_with", "tool %s: %q must be a read tool", name, t.ReconcileWith)
-		}
-	}
-	switch {
-	case t.Kind == KindIrreversible && t.Approval == nil:
-		v.add(p+".approval", "tool %s: required for irreversible tools: the rules that decide auto or human approval", name)
-	case t.Kind == KindWrite && t.Approval != nil:
-		v.add(p+".approval", "tool %s: only irreversible tools have an approval", name)
-	case t.Approval != nil:
-		t.Approval.validate(v, p+".approval", name, m)
-	}
-}
-
-func (t *Tool) validateUpstream(v *validator, p string, m *Manifest) {
+	v := &validator{}
 	u, ok := m.Upstreams[t.Upstream.Name]
 	if !ok {
 		names := make([]string, 0, len(m.Upstreams))
@@ -992,7 +625,7 @@ func (t *Tool) validateUpstream(v *validator, p string, m *Manifest) {
 		}
 		sort.Strings(names)
 		v.add(p+".upstream.name", "tool %s: no upstream named %q (have: %s)", t.Name, t.Upstream.Name, strings.Join(names, ", "))
-		return
+		return v.problems
 	}
 	switch {
 	case u.HTTP != "" && !strings.HasPrefix(t.Upstream.Path, "/"):
@@ -1000,127 +633,26 @@ func (t *Tool) validateUpstream(v *validator, p string, m *Manifest) {
 	case u.MCP != nil && t.Upstream.Tool == "":
 		v.add(p+".upstream.tool", "tool %s: required for an MCP upstream: the upstream's tool name", t.Name)
 	}
+	return v.problems
 }
 
-func (a *Approval) validate(v *validator, p, name string, m *Manifest) {
-	if a.Lookup != nil {
-		if r := m.Tool(a.Lookup.Tool); r == nil {
-			v.add(p+".lookup.tool", "tool %s: no tool named %q", name, a.Lookup.Tool)
-		} else if r.Kind != KindRead {
-			v.add(p+".lookup.tool", "tool %s: %q must be a read tool (facts come from the system of record)", name, a.Lookup.Tool)
-		}
+func durOr(d *airlock.Duration, def time.Duration) time.Duration {
+	if d == nil || !d.IsSet() {
+		return def
 	}
-	if len(a.Rules) == 0 {
-		v.add(p+".rules", "tool %s: at least one rule is required", name)
-	}
-	seen := map[string]bool{}
-	for i, r := range a.Rules {
-		rp := fmt.Sprintf("%s.rules[%d]", p, i)
-		if r.Name == "" {
-			v.add(rp+".name", "tool %s: every rule needs a name", name)
-		} else if seen[r.Name] {
-			v.add(rp+".name", "tool %s: rule %q is declared twice", name, r.Name)
-		}
-		seen[r.Name] = true
-		if strings.TrimSpace(r.When) == "" {
-			v.add(rp+".when", "tool %s: rule %q: required: a CEL condition", name, r.Name)
-		}
-		if r.Decide != "auto" && r.Decide != "human" {
-			v.add(rp+".decide", "tool %s: rule %q: %q is not a decision: want auto or human", name, r.Name, r.Decide)
-		}
-	}
-	for _, d := range []struct {
-		field string
-		d     *Duration
-	}{{"expires_after", a.ExpiresAfter}, {"wait_for_commit", a.WaitForCommit}} {
-		if d.d != nil && d.d.problem() != nil {
-			v.add(p+"."+d.field, "tool %s: %v", name, d.d.problem())
-		}
-	}
+	return d.Duration
 }
 
-// schemaHasPath reports whether a dotted path names a property of a JSON
-// schema (through nested objects' properties and arrays' items).
-func schemaHasPath(schema map[string]any, path string) bool {
-	cur := schema
-	for _, seg := range strings.Split(path, ".") {
-		if cur == nil {
-			return false
-		}
-		if items, ok := cur["items"].(map[string]any); ok && isIndex(seg) {
-			cur = items
-			continue
-		}
-		props, _ := cur["properties"].(map[string]any)
-		next, ok := props[seg].(map[string]any)
-		if !ok {
-			return false
-		}
-		cur = next
-	}
-	return true
-}
-
-func isIndex(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-type validator struct{ problems []Problem }
+// validator gathers the problems of a manifest, each with its path.
+type validator struct{ problems []airlock.Problem }
 
 func (v *validator) add(path, format string, args ...any) {
-	v.problems = append(v.problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+	v.problems = append(v.problems, airlock.Problem{Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 func (v *validator) err() error {
 	if len(v.problems) == 0 {
 		return nil
 	}
-	return &ValidationError{Problems: slices.Clone(v.problems)}
-}
-
-// ToolInfo is a tool as the registry shows it: what it is, its key, its
-// window and its three answers (the page "Things you cannot undo").
-type ToolInfo struct {
-	Name        string   `json:"name"`
-	Kind        ToolKind `json:"kind"`
-	Description string   `json:"description,omitempty"`
-	NaturalKey  []string `json:"natural_key,omitempty"`
-	Window      string   `json:"window,omitempty"`
-	Undo        string   `json:"undo,omitempty"`
-	Approver    string   `json:"approver,omitempty"`
-	OnRepeat    string   `json:"on_repeat,omitempty"`
-	OnMismatch  string   `json:"on_mismatch,omitempty"`
-	Rules       []Rule   `json:"rules,omitempty"`
-}
-
-// Info describes the tool for the registry.
-func (t *Tool) Info() ToolInfo {
-	ti := ToolInfo{Name: t.Name, Kind: t.Kind, Description: t.Description}
-	if !t.Kind.SideEffecting() {
-		return ti
-	}
-	for _, kf := range t.NaturalKey {
-		f := kf.Field
-		if len(kf.Normalize) > 0 {
-			f += " (" + strings.Join(kf.Normalize, ", ") + ")"
-		}
-		ti.NaturalKey = append(ti.NaturalKey, f)
-	}
-	if t.Window != nil {
-		ti.Window = t.Window.String()
-	}
-	ti.Undo, ti.Approver, ti.OnRepeat = t.Answers.Undo, t.Answers.Approver, t.Answers.OnRepeat
-	ti.OnMismatch = string(t.OnMismatch)
-	if t.Approval != nil {
-		ti.Rules = t.Approval.Rules
-	}
-	return ti
+	return &airlock.ValidationError{Problems: slices.Clone(v.problems)}
 }
