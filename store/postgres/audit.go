@@ -355,8 +355,8 @@ func (s *Store) firstAuditIDAt(ctx context.Context, t time.Time) (int64, error) 
 // per hour) and moves their runs in the histogram of calls per run, in the
 // sealing transaction: each event is counted once, by the one sealer.
 func addRollup(ctx context.Context, tx pgx.Tx, sealed []*airlock.AuditEvent) error {
-	rows, runs := airlock.RollUp(sealed)
-	for table, rs := range map[string][]airlock.RollupRow{"airlock_rollup (minute": rows, "airlock_rollup_hour (hour": airlock.ByHour(rows)} {
+	rows, runs := rules.RollUp(sealed)
+	for table, rs := range map[string][]airlock.RollupRow{"airlock_rollup (minute": rows, "airlock_rollup_hour (hour": rules.ByHour(rows)} {
 		if len(rs) == 0 {
 			continue
 		}
@@ -388,16 +388,16 @@ func addRollup(ctx context.Context, tx pgx.Tx, sealed []*airlock.AuditEvent) err
 	if err != nil {
 		return err
 	}
-	changes := make([]airlock.RunCallsChange, 0, len(runs))
+	changes := make([]rules.RunCallsChange, 0, len(runs))
 	var tool, run string
 	var minute, after int64
 	if _, err := pgx.ForEachRow(rs, []any{&tool, &run, &minute, &after}, func() error {
-		changes = append(changes, airlock.RunCallsChange{Tool: tool, Minute: minute, Before: after - added[[2]string{tool, run}], After: after})
+		changes = append(changes, rules.RunCallsChange{Tool: tool, Minute: minute, Before: after - added[[2]string{tool, run}], After: after})
 		return nil
 	}); err != nil {
 		return err
 	}
-	hist := airlock.RunHistDelta(changes)
+	hist := rules.RunHistDelta(changes)
 	if len(hist) == 0 {
 		return nil
 	}

@@ -1,7 +1,9 @@
-// Package rules holds what the stores do to plans — create, decide,
-// expire, set a status, withdraw: which rows change, in which order, with
-// which audit events and which jobs — written once over a driver's row
-// statements (PlanRows). Each driver runs a rule inside one of its own
+// Package rules holds what the stores do — to plans (create, decide,
+// expire, set a status, withdraw), to in-doubt records (settle), to the
+// audit log (seal, and the rollup arithmetic of the figures the sealer
+// keeps): which rows change, in which order, with which audit events and
+// which jobs — written once over a driver's row statements (PlanRows,
+// RecordRows, SealRows). Each driver runs a rule inside one of its own
 // transactions (store/sqlite: its single writer; store/postgres: a
 // transaction holding the audit writers' lock), so the rule, its audit
 // event and its outbox job commit together or not at all.

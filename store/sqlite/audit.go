@@ -267,20 +267,20 @@ func (s *Store) PurgeFigures(ctx context.Context, before time.Time, limit int) (
 // per hour) and moves their runs in the histogram of calls per run, in the
 // sealing transaction: each event is counted once, by the one sealer.
 func addRollup(ctx context.Context, tx *sql.Tx, sealed []*airlock.AuditEvent) error {
-	rows, runs := airlock.RollUp(sealed)
+	rows, runs := rules.RollUp(sealed)
 	for _, r := range rows {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_rollup (minute, tool, figure, value) VALUES (?, ?, ?, ?)
 			ON CONFLICT (minute, tool, figure) DO UPDATE SET value = value + excluded.value`, r.Minute, r.Tool, r.Figure, r.Value); err != nil {
 			return err
 		}
 	}
-	for _, r := range airlock.ByHour(rows) {
+	for _, r := range rules.ByHour(rows) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_rollup_hour (hour, tool, figure, value) VALUES (?, ?, ?, ?)
 			ON CONFLICT (hour, tool, figure) DO UPDATE SET value = value + excluded.value`, r.Minute, r.Tool, r.Figure, r.Value); err != nil {
 			return err
 		}
 	}
-	changes := make([]airlock.RunCallsChange, 0, len(runs))
+	changes := make([]rules.RunCallsChange, 0, len(runs))
 	for _, r := range runs {
 		var after, minute int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO airlock_run_calls (tool, run_id, minute, calls) VALUES (?, ?, ?, ?)
@@ -288,9 +288,9 @@ func addRollup(ctx context.Context, tx *sql.Tx, sealed []*airlock.AuditEvent) er
 			r.Tool, r.RunID, r.Minute, r.Calls).Scan(&after, &minute); err != nil {
 			return err
 		}
-		changes = append(changes, airlock.RunCallsChange{Tool: r.Tool, Minute: minute, Before: after - r.Calls, After: after})
+		changes = append(changes, rules.RunCallsChange{Tool: r.Tool, Minute: minute, Before: after - r.Calls, After: after})
 	}
-	for _, h := range airlock.RunHistDelta(changes) {
+	for _, h := range rules.RunHistDelta(changes) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO airlock_run_hist (hour, tool, calls, runs) VALUES (?, ?, ?, ?)
 			ON CONFLICT (hour, tool, calls) DO UPDATE SET runs = runs + excluded.runs`, h.Hour, h.Tool, h.Calls, h.Runs); err != nil {
 			return err

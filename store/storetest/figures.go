@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/metrics"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 // RunFigures checks the rollup the sealer keeps, and the report computed
@@ -80,7 +81,7 @@ func RunFigures(t *testing.T, newStore NewStore) {
 		}
 		// The expected figures fold the events per minute, then sum the
 		// minutes of the period: what the hour rows must agree with.
-		rows, runs := airlock.RollUp(events)
+		rows, runs := rules.RollUp(events)
 		for _, p := range []struct {
 			name         string
 			since, until time.Time
