@@ -1,6 +1,6 @@
 // Package audit reads, verifies and exports the audit log (docs/audit.md).
 // Events are written unsealed in the transaction of the change they
-// describe; the sealer (RunSealer) gives them consecutive sequence numbers
+// describe; the sealer (NewSealer) gives them consecutive sequence numbers
 // and chains each event's hash to the previous one, afterwards and in one
 // place, so the hot path never waits on the chain. Verify walks the chain
 // and names the first event that was edited, deleted, inserted or moved.
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/maintenance"
 )
 
 // Problem is the first break in the chain.
@@ -361,51 +362,47 @@ func SealPending(ctx context.Context, s airlock.AuditStore) (int, error) {
 	}
 }
 
-// RunSealer seals new events every interval until ctx ends; each round
-// that sealed any logs the chain's head, and sealed, when set, is told how
-// many events the round sealed and the head.
-func RunSealer(ctx context.Context, s airlock.AuditStore, every time.Duration, log *slog.Logger, sealed func(n int, head airlock.AuditAnchor)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
+// NewSealer is the service that seals new events every interval (a pass
+// at start, then one per interval, until stopped); each pass that sealed
+// any logs the chain's head, and sealed, when set, is told how many events
+// the pass sealed and the head.
+func NewSealer(s airlock.AuditStore, every time.Duration, log *slog.Logger, sealed func(n int, head airlock.AuditAnchor)) *maintenance.Service {
+	return maintenance.New(func(ctx context.Context) { sealPass(ctx, s, log, sealed) }, maintenance.Config{Interval: every, RunAtStart: true})
+}
+
+func sealPass(ctx context.Context, s airlock.AuditStore, log *slog.Logger, sealed func(n int, head airlock.AuditAnchor)) {
 	for {
-		for {
-			n, err := s.SealAudit(ctx, page)
-			if err == nil && n > 0 {
-				// The head, outside the database: in the log (and, through
-				// sealed, the metrics), so that a truncated tail is found.
-				head, herr := s.AuditHead(ctx)
-				if herr == nil && log != nil {
-					log.Info("airlock: audit log sealed", "events", n, "head_seq", head.Seq, "head_hash", head.Hash)
-				}
-				if herr == nil && sealed != nil {
-					sealed(n, head)
-				}
+		n, err := s.SealAudit(ctx, page)
+		if err == nil && n > 0 {
+			// The head, outside the database: in the log (and, through
+			// sealed, the metrics), so that a truncated tail is found.
+			head, herr := s.AuditHead(ctx)
+			if herr == nil && log != nil {
+				log.Info("airlock: audit log sealed", "events", n, "head_seq", head.Seq, "head_hash", head.Hash)
 			}
-			if err != nil {
-				if ctx.Err() == nil && log != nil {
-					log.Warn("airlock: sealing the audit log", "err", err)
-				}
-				break
-			}
-			if n < page {
-				break
+			if herr == nil && sealed != nil {
+				sealed(n, head)
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if err != nil {
+			if ctx.Err() == nil && log != nil {
+				log.Warn("airlock: sealing the audit log", "err", err)
+			}
 			return
-		case <-t.C:
+		}
+		if n < page {
+			return
 		}
 	}
 }
 
-// RetentionStore is what RunRetention purges: the log and its rollup.
+// RetentionStore is what NewRetention purges: the log and its rollup.
 type RetentionStore interface {
 	airlock.AuditStore
 	airlock.FigureStore
 }
 
-// Retention configures RunRetention; zero fields take their defaults.
+// Retention configures NewRetention; zero fields take their defaults.
 type Retention struct {
 	// Audit is how long sealed events are kept. Default 0: forever.
 	Audit time.Duration
@@ -421,22 +418,19 @@ type Retention struct {
 	Purged func(events, figureRows int)
 }
 
-// RunRetention purges audit events and rollup rows past their retention
-// every cfg.Every until ctx ends, each in short batches (the purge never
-// holds a long lock; several replicas may run it at once).
-func RunRetention(ctx context.Context, s RetentionStore, cfg Retention) {
+// NewRetention is the service that purges audit events and rollup rows
+// past their retention every cfg.Every (a pass at start, then one per
+// interval, until stopped), each in short batches (the purge never holds a
+// long lock; several replicas may run it at once). Nil when cfg keeps
+// everything.
+func NewRetention(s RetentionStore, cfg Retention) *maintenance.Service {
 	if cfg.Audit <= 0 && cfg.Figures <= 0 {
-		return
+		return nil
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = time.Minute
 	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = page
-	}
-	t := time.NewTicker(cfg.Every)
-	defer t.Stop()
-	for {
+	return maintenance.New(func(ctx context.Context) {
 		events, rows, err := RetentionPass(ctx, s, time.Now(), cfg)
 		if cfg.Purged != nil && (events > 0 || rows > 0) {
 			cfg.Purged(events, rows)
@@ -444,15 +438,10 @@ func RunRetention(ctx context.Context, s RetentionStore, cfg Retention) {
 		if err != nil && ctx.Err() == nil && cfg.Logger != nil {
 			cfg.Logger.Warn("airlock: retention purge", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	}, maintenance.Config{Interval: cfg.Every, RunAtStart: true})
 }
 
-// RetentionPass is one pass of RunRetention at now.
+// RetentionPass is one pass of NewRetention's service at now.
 func RetentionPass(ctx context.Context, s RetentionStore, now time.Time, cfg Retention) (events, figureRows int, err error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = page

@@ -3,12 +3,12 @@ package guard
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/maintenance"
 )
 
 // Redriver returns the side effect of a record whose lease expired, when
@@ -49,10 +49,7 @@ type Reaper struct {
 	reconciler airlock.Reconciler
 	schedule   *reconcileSchedule // when each in-doubt record is asked about again
 	log        *slog.Logger
-
-	mu      sync.Mutex
-	cancel  context.CancelFunc // of the running loop; nil when stopped
-	stopped chan struct{}      // closed when the running loop has returned
+	service    *maintenance.Service // its passes, every interval of the guard's clock
 }
 
 // NewReaper makes the maintenance of g; it does nothing until Start (or a
@@ -69,50 +66,17 @@ func NewReaper(g *Guard, cfg *ReaperConfig) *Reaper {
 	if r.log == nil {
 		r.log = g.log
 	}
+	r.service = maintenance.New(r.pass, maintenance.Config{Interval: r.interval, Clock: g.clock})
 	return r
 }
 
-// ErrStarted is Start's answer when the reaper already runs.
-var ErrStarted = errors.New("guard: the reaper is already started")
-
 // Start runs a pass every Interval, by the guard's clock, until ctx ends or
-// Stop is called.
-func (r *Reaper) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cancel != nil {
-		return ErrStarted
-	}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.stopped = make(chan struct{})
-	t := r.g.clock.NewTicker(r.interval)
-	go func(stopped chan struct{}) {
-		defer close(stopped)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.Chan():
-				r.pass(ctx)
-			}
-		}
-	}(r.stopped)
-	return nil
-}
+// Stop is called; maintenance.ErrStarted when it already runs.
+func (r *Reaper) Start(ctx context.Context) error { return r.service.Start(ctx) }
 
-// Stop ends the loop Start began and waits for its pass to return; the
-// side effects it re-drove are the guard's (Guard.Close waits for them).
-func (r *Reaper) Stop() {
-	r.mu.Lock()
-	cancel, stopped := r.cancel, r.stopped
-	r.cancel = nil
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-stopped
-	}
-}
+// Stop ends the passes and waits for the one under way to return; the side
+// effects it re-drove are the guard's (Guard.Close waits for them).
+func (r *Reaper) Stop() { r.service.Stop() }
 
 func (r *Reaper) pass(ctx context.Context) {
 	if _, err := r.Reap(ctx); err != nil && ctx.Err() == nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/maintenance"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/policy"
 	"github.com/airlockhq/airlock/upstream"
@@ -386,20 +387,14 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 	return len(expired), nil
 }
 
-// RunExpiry expires undecided plans every interval until ctx ends.
-func (s *Service) RunExpiry(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
+// Expirer is the service that expires undecided plans every interval (a
+// pass at start, then one per interval, until stopped).
+func (s *Service) Expirer(every time.Duration) *maintenance.Service {
+	return maintenance.New(func(ctx context.Context) {
 		if _, err := s.Expire(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("airlock: expiring plans", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	}, maintenance.Config{Interval: every, RunAtStart: true})
 }
 
 // Waiting counts the plans awaiting a person per tool, with the oldest

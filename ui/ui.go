@@ -32,6 +32,7 @@ import (
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/guard"
+	"github.com/airlockhq/airlock/internal/maintenance"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
@@ -740,28 +741,22 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 	u.render(w, r, http.StatusOK, "watch", "What to watch", map[string]any{"Reports": reports, "Charts": charts}, "")
 }
 
-// RunPurge deletes expired sessions every interval until ctx ends (they
-// are refused once expired whether purged or not).
-func (u *UI) RunPurge(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// SessionPurger is the service that deletes expired sessions every
+// interval until stopped (they are refused once expired whether purged
+// or not).
+func (u *UI) SessionPurger(every time.Duration) *maintenance.Service {
+	return maintenance.New(func(ctx context.Context) {
 		for {
 			n, err := u.cfg.Store.PurgeSessions(ctx, time.Now(), 1000)
 			if err != nil {
 				if ctx.Err() == nil {
 					u.log.Warn("airlock ui: purging expired sessions", "err", err)
 				}
-				break
+				return
 			}
 			if n < 1000 {
-				break
+				return
 			}
 		}
-	}
+	}, maintenance.Config{Interval: every})
 }

@@ -128,8 +128,12 @@ type App struct {
 	started   bool
 	closed    bool
 	stopLoops context.CancelFunc
-	loops     sync.WaitGroup
-	worker    *riverqueue.Worker
+	// services are the background work Start started, stopped by Close.
+	services []interface {
+		Start(context.Context) error
+		Stop()
+	}
+	worker *riverqueue.Worker
 }
 
 // commitQueue is what differs between the databases for the commit queue:
@@ -429,18 +433,24 @@ func (a *App) Start(ctx context.Context) error {
 	if sealEvery <= 0 {
 		sealEvery = time.Second
 	}
-	if err := a.Reaper.Start(loopCtx); err != nil {
-		return err
+	// The background work, each a service started here and stopped by
+	// Close: the guard's reaper, plan expiry, the sealer, the page's
+	// session purge and (when configured) the retention purge.
+	a.services = []interface {
+		Start(context.Context) error
+		Stop()
+	}{a.Reaper, a.Plans.Expirer(expireEvery), audit.NewSealer(a.Store, sealEvery, a.log, a.sealed), a.web.SessionPurger(time.Minute)}
+	if r := audit.NewRetention(a.Store, audit.Retention{
+		Audit: a.Manifest.Retention.AuditOr(), Figures: a.Manifest.Retention.FiguresOr(),
+		Every: a.cfg.RetentionEvery, Logger: a.log, Purged: a.purged,
+	}); r != nil {
+		a.services = append(a.services, r)
 	}
-	a.loop(func() { a.Plans.RunExpiry(loopCtx, expireEvery) })
-	a.loop(func() { audit.RunSealer(loopCtx, a.Store, sealEvery, a.log, a.sealed) })
-	a.loop(func() { a.web.RunPurge(loopCtx, time.Minute) })
-	a.loop(func() {
-		audit.RunRetention(loopCtx, a.Store, audit.Retention{
-			Audit: a.Manifest.Retention.AuditOr(), Figures: a.Manifest.Retention.FiguresOr(),
-			Every: a.cfg.RetentionEvery, Logger: a.log, Purged: a.purged,
-		})
-	})
+	for _, s := range a.services {
+		if err := s.Start(loopCtx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -465,14 +475,6 @@ func (a *App) purged(events, figureRows int) {
 func (a *App) sealed(n int, head airlock.AuditAnchor) {
 	a.Metrics.AuditEvents.Add(float64(n))
 	a.Metrics.AuditHeadSeq.Set(float64(head.Seq))
-}
-
-func (a *App) loop(f func()) {
-	a.loops.Add(1)
-	go func() {
-		defer a.loops.Done()
-		f()
-	}()
 }
 
 // DefaultShutdown bounds Close when ctx has no deadline of its own.
@@ -503,8 +505,11 @@ func (a *App) Close(ctx context.Context) error {
 	}
 	if a.stopLoops != nil {
 		a.stopLoops()
-		waitOrDone(ctx, a.Reaper.Stop)
-		waitOrDone(ctx, a.loops.Wait)
+		waitOrDone(ctx, func() {
+			for _, s := range a.services {
+				s.Stop()
+			}
+		})
 	}
 	if a.Guard != nil {
 		if !waitOrDone(ctx, a.Guard.Wait) {

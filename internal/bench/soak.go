@@ -128,23 +128,22 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 	dayAgo := now.Add(-24 * time.Hour)
 	var counts soakCounts
 	var next, records, plans, recordNanos atomic.Int64
-	sealCtx, stopSeal := context.WithCancel(ctx)
-	sealDone := make(chan struct{})
-	go func() { // the server's sealer, as it runs beside the writes
-		defer close(sealDone)
-		audit.RunSealer(sealCtx, s, 200*time.Millisecond, nil, nil)
-	}()
+	sealer := audit.NewSealer(s, 200*time.Millisecond, nil, nil) // the server's sealer, as it runs beside the writes
+	if err := sealer.Start(ctx); err != nil {
+		return nil, err
+	}
+	vacuumCtx, stopVacuum := context.WithCancel(ctx)
 	vacuumDone := make(chan struct{})
 	vac, vacuumed := vacuumerOf(ctx, s)
 	go func() { // autovacuum, where the server has it off
 		defer close(vacuumDone)
 		for vac != nil {
 			select {
-			case <-sealCtx.Done():
+			case <-vacuumCtx.Done():
 				return
 			case <-time.After(time.Minute):
 			}
-			if err := vac.Vacuum(sealCtx); err == nil {
+			if err := vac.Vacuum(vacuumCtx); err == nil {
 				vacuumed++
 			}
 		}
@@ -202,14 +201,14 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 	wg.Wait()
 	close(errc)
 	if err := <-errc; err != nil {
-		stopSeal()
-		<-sealDone
+		sealer.Stop()
+		stopVacuum()
 		<-vacuumDone
 		return nil, fmt.Errorf("filling: %w", err)
 	}
 	fill := time.Since(began)
-	stopSeal()
-	<-sealDone
+	sealer.Stop()
+	stopVacuum()
 	<-vacuumDone
 	t := time.Now()
 	if _, err := audit.SealPending(ctx, s); err != nil {

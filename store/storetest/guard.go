@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/guard"
+	"github.com/airlockhq/airlock/internal/maintenance"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -672,7 +673,7 @@ func runGuardLifecycle(t *testing.T, newStore NewStore) {
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 		defer cancel()
 		must(t, r.Start(ctx))
-		if err := r.Start(ctx); !errors.Is(err, guard.ErrStarted) {
+		if err := r.Start(ctx); !errors.Is(err, maintenance.ErrStarted) {
 			t.Fatalf("a second Start: %v, want ErrStarted", err)
 		}
 		must(t, clock.BlockUntilContext(ctx, 2)) // the audit buffer's ticker and the reaper's
