@@ -49,11 +49,17 @@ type SessionStore interface {
 	DeleteSession(ctx context.Context, id string) error
 	// SetSessionFlash sets (or, with "", clears) the message of the
 	// session's next page.
-	SetSessionFlash(ctx context.Context, id, flash string) error
+	SetSessionFlash(ctx context.Context, p *SetSessionFlashParams) error
 	// PurgeSessions deletes up to limit sessions expired by now.
 	PurgeSessions(ctx context.Context, now time.Time, limit int) (int, error)
 	// Secret returns the secret stored under name, storing fresh first
 	// when there is none: the first replica's value wins, and every
 	// replica gets the same one.
 	Secret(ctx context.Context, name string, fresh []byte) ([]byte, error)
+}
+
+// SetSessionFlashParams name the session and its one-time message ("" clears it).
+type SetSessionFlashParams struct {
+	ID    string
+	Flash string
 }

@@ -100,7 +100,7 @@ type TaskStore interface {
 	GetTask(ctx context.Context, id string) (*Task, error)
 	// ListTasks lists a principal's tasks, newest first, after the cursor
 	// (TaskCursor of the last task of the previous page; "" first).
-	ListTasks(ctx context.Context, principal, after string, limit int) ([]*Task, error)
+	ListTasks(ctx context.Context, p *ListTasksParams) ([]*Task, error)
 }
 
 // TaskCursor is the position after t in a task listing.
@@ -108,3 +108,11 @@ func TaskCursor(t *Task) string { return pageCursor(t.CreatedAt, t.ID) }
 
 // ParseTaskCursor reads a TaskCursor; an error names the cursor as wrong.
 func ParseTaskCursor(c string) (time.Time, string, error) { return parsePageCursor(c) }
+
+// ListTasksParams name whose tasks to list, the cursor (TaskCursor of the
+// last task of the previous page; "" for the first) and the page's size.
+type ListTasksParams struct {
+	Principal string
+	After     string
+	Limit     int
+}

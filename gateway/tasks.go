@@ -525,7 +525,7 @@ func (g *Gateway) tasksList(ctx context.Context, ss *mcp.ServerSession, p *taskP
 	if _, _, err := airlock.ParseTaskCursor(cursor); err != nil {
 		return nil, taskRPCError(rpcInvalidParams, "invalid params: \"cursor\" %s is not a cursor: want the nextCursor of the previous page", quoteShort(cursor))
 	}
-	tasks, err := g.store.ListTasks(ctx, g.principalOf(ctx, ss), cursor, maxTaskPage)
+	tasks, err := g.store.ListTasks(ctx, &airlock.ListTasksParams{Principal: g.principalOf(ctx, ss), After: cursor, Limit: maxTaskPage})
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ type Store interface {
 // in the session, never in the URL, so that a link cannot put its own
 // words in airlock's alert box.
 func (u *UI) setFlash(r *http.Request, s *airlock.PageSession, msg string) {
-	if err := u.cfg.Store.SetSessionFlash(r.Context(), s.ID, msg); err != nil {
+	if err := u.cfg.Store.SetSessionFlash(r.Context(), &airlock.SetSessionFlashParams{ID: s.ID, Flash: msg}); err != nil {
 		u.log.Error("airlock ui: keeping a message for the next page", "err", err)
 	}
 }
@@ -116,7 +116,7 @@ func (u *UI) popFlash(r *http.Request) string {
 	if s == nil || s.Flash == "" {
 		return ""
 	}
-	if err := u.cfg.Store.SetSessionFlash(r.Context(), s.ID, ""); err != nil {
+	if err := u.cfg.Store.SetSessionFlash(r.Context(), &airlock.SetSessionFlashParams{ID: s.ID}); err != nil {
 		u.log.Error("airlock ui: clearing the page's message", "err", err)
 	}
 	return s.Flash

@@ -46,7 +46,8 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 }
 
 // SetSessionFlash implements airlock.SessionStore.
-func (s *Store) SetSessionFlash(ctx context.Context, id, flash string) error {
+func (s *Store) SetSessionFlash(ctx context.Context, p *airlock.SetSessionFlashParams) error {
+	id, flash := p.ID, p.Flash
 	if err := airlock.CheckText("flash", flash); err != nil {
 		return err
 	}

@@ -60,7 +60,8 @@ func (s *Store) GetTask(ctx context.Context, id string) (*airlock.Task, error) {
 }
 
 // ListTasks implements airlock.TaskStore.
-func (s *Store) ListTasks(ctx context.Context, principal, after string, limit int) ([]*airlock.Task, error) {
+func (s *Store) ListTasks(ctx context.Context, p *airlock.ListTasksParams) ([]*airlock.Task, error) {
+	principal, after, limit := p.Principal, p.After, p.Limit
 	at, id, err := airlock.ParseTaskCursor(after)
 	if err != nil {
 		return nil, err

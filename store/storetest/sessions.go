@@ -30,11 +30,11 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		if *got != *ps {
 			t.Fatalf("got %+v, want %+v", got, ps)
 		}
-		must(t, s.SetSessionFlash(ctx, ps.ID, "Approved."))
+		must(t, s.SetSessionFlash(ctx, &airlock.SetSessionFlashParams{ID: ps.ID, Flash: "Approved."}))
 		if got, err := s.GetSession(ctx, ps.ID, now); err != nil || got.Flash != "Approved." {
 			t.Fatalf("flash: %+v %v", got, err)
 		}
-		must(t, s.SetSessionFlash(ctx, ps.ID, ""))
+		must(t, s.SetSessionFlash(ctx, &airlock.SetSessionFlashParams{ID: ps.ID}))
 		must(t, s.DeleteSession(ctx, ps.ID))
 		if _, err := s.GetSession(ctx, ps.ID, now); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("after delete: %v", err)

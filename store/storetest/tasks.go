@@ -117,7 +117,7 @@ func RunTasks(t *testing.T, newStore NewStore) {
 		var got []string
 		after := ""
 		for {
-			page, err := s.ListTasks(ctx, "lister", after, 2)
+			page, err := s.ListTasks(ctx, &airlock.ListTasksParams{Principal: "lister", After: after, Limit: 2})
 			must(t, err)
 			for _, tk := range page {
 				got = append(got, tk.ID)
@@ -135,7 +135,7 @@ func RunTasks(t *testing.T, newStore NewStore) {
 				t.Fatalf("listed %v, want %v", got, want)
 			}
 		}
-		if _, err := s.ListTasks(ctx, "lister", "not a cursor", 2); airlock.ErrorCode(err) != airlock.CodeInvalidArgument {
+		if _, err := s.ListTasks(ctx, &airlock.ListTasksParams{Principal: "lister", After: "not a cursor", Limit: 2}); airlock.ErrorCode(err) != airlock.CodeInvalidArgument {
 			t.Fatalf("bad cursor: %v", err)
 		}
 	})
