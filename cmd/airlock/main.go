@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	_ "time/tzdata" // business_day windows need zone data on machines without it
 
@@ -129,6 +130,36 @@ func loadManifest(path string) (*manifest.Manifest, error) {
 		return withdrawals.Manifest()
 	}
 	return manifest.Load(path)
+}
+
+// durationRange is the values a duration flag may take when given.
+type durationRange struct{ min, max time.Duration }
+
+// Ranges of the server's duration flags: outside them the server would not
+// do what its operator meant (a lease shorter than a call turns every slow
+// success into in_doubt; a negative timeout ends the shutdown at once).
+var durationRanges = map[string]durationRange{
+	"lease":               {time.Second, time.Hour},
+	"commit-rescue-after": {time.Second, 24 * time.Hour},
+	"expire-every":        {100 * time.Millisecond, time.Hour},
+	"shutdown-timeout":    {time.Second, time.Hour},
+}
+
+// checkDurations refuses a duration flag given outside its range, naming
+// the flag and the range (exit 2).
+func checkDurations(e *env, fs *flag.FlagSet) (code int, ok bool) {
+	code, ok = 0, true
+	fs.Visit(func(f *flag.Flag) {
+		r, has := durationRanges[f.Name]
+		if !has || !ok {
+			return
+		}
+		d := f.Value.(flag.Getter).Get().(time.Duration)
+		if d < r.min || d > r.max {
+			code, ok = usageError(e, fs.Name(), "--%s %s is out of range: want from %s to %s", f.Name, d, r.min, r.max), false
+		}
+	})
+	return code, ok
 }
 
 // usageError prints what is wrong with a command's flags and returns exit

@@ -515,3 +515,20 @@ func TestAuditArchiveAndPurge(t *testing.T) {
 		}
 	})
 }
+
+// A duration flag out of its range is refused before anything starts,
+// naming the flag and the range (issue 27).
+func TestServeRefusesDurationsOutOfRange(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "--lease", "1ms"}, {"serve", "--lease", "0s"}, {"serve", "--lease", "-1s"},
+		{"serve", "--shutdown-timeout=-5s"}, {"serve", "--commit-rescue-after", "48h"},
+		{"serve", "--expire-every", "1ms"}, {"mcp", "--lease", "2h"},
+	} {
+		r := runCLI(t, append(args, "--db", "sqlite:"+filepath.Join(t.TempDir(), "a.db"))...)
+		flagName := strings.TrimLeft(strings.SplitN(args[1], "=", 2)[0], "-")
+		if r.code != 2 || !strings.Contains(r.stderr, "--"+flagName) || !strings.Contains(r.stderr, "out of range") {
+			t.Errorf("%v: exit %d, %q; want 2 naming --%s", args, r.code, r.stderr, flagName)
+		}
+	}
+}

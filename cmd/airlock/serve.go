@@ -108,6 +108,9 @@ func cmdServe(e *env, args []string) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	if code, ok := checkDurations(e, fs); !ok {
+		return code
+	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	m, err := loadManifest(*config)
 	if err != nil {
@@ -223,6 +226,9 @@ func cmdMCP(e *env, args []string) int {
 	lease := fs.Duration("lease", 0, "how long a claim holds without a heartbeat before the reaper takes it (default 30s)")
 	expireEvery := fs.Duration("expire-every", 0, "how often undecided plans past expires_after expire (default 10s)")
 	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if code, ok := checkDurations(e, fs); !ok {
 		return code
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
