@@ -1,9 +1,11 @@
 // Package jwt verifies the JWT access tokens that configured issuers give
 // agents and scripts: the signature by the issuer's published keys (JWKS,
-// fetched and cached, refetched when a token names a key not seen yet),
+// fetched and cached, refetched when a token names a key not seen yet — at
+// most once per RefetchEvery),
 // the issuer, the audience (airlock's resource URL), expiry and not-before
 // with a clock skew, and the claims mapped to a name and a role. It wraps
-// github.com/coreos/go-oidc's key set and github.com/go-jose/go-jose.
+// github.com/coreos/go-oidc's discovery and github.com/go-jose/go-jose; the
+// key set is its own (keys.go) so that refetches are bounded.
 package jwt
 
 import (
@@ -82,7 +84,7 @@ const (
 type issuer struct {
 	spec manifest.IssuerSpec
 	mu   sync.Mutex
-	keys *gooidc.RemoteKeySet // nil until the JWKS URL is known
+	keys *keySet // nil until the JWKS URL is known
 }
 
 // New returns a Verifier; keys are fetched on first use.
@@ -109,13 +111,12 @@ func LooksLikeJWT(raw string) bool {
 
 // keySet returns the issuer's keys, discovering the JWKS URL first when
 // the manifest gives none (again after a failure).
-func (v *Verifier) keySet(ctx context.Context, is *issuer) (*gooidc.RemoteKeySet, error) {
+func (v *Verifier) keySet(ctx context.Context, is *issuer) (*keySet, error) {
 	is.mu.Lock()
 	defer is.mu.Unlock()
 	if is.keys != nil {
 		return is.keys, nil
 	}
-	bg := gooidc.ClientContext(context.Background(), v.client)
 	url := is.spec.JWKSURL
 	if url == "" {
 		p, err := gooidc.NewProvider(gooidc.ClientContext(ctx, v.client), is.spec.Issuer)
@@ -130,7 +131,7 @@ func (v *Verifier) keySet(ctx context.Context, is *issuer) (*gooidc.RemoteKeySet
 		}
 		url = meta.JWKS
 	}
-	is.keys = gooidc.NewRemoteKeySet(bg, url)
+	is.keys = &keySet{url: url, client: v.client, now: v.cfg.Now}
 	return is.keys, nil
 }
 
@@ -204,9 +205,12 @@ func (v *Verifier) verify(ctx context.Context, raw string, now time.Time) (Princ
 	if err != nil {
 		return Principal{}, time.Time{}, err
 	}
-	payload, err := keys.VerifySignature(ctx, raw)
-	if err != nil {
+	payload, err := keys.verify(ctx, jws)
+	if errors.Is(err, errSignature) {
 		return Principal{}, time.Time{}, refused("the signature does not verify with %s's keys", c.Issuer)
+	}
+	if err != nil {
+		return Principal{}, time.Time{}, err // the keys could not be fetched: not the token's fault
 	}
 	if !bytes.Equal(payload, unverified) {
 		return Principal{}, time.Time{}, refused("the signature does not verify")
