@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,9 +224,30 @@ func (g *Gateway) handleSettle(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rec)
 }
 
+// queryOf is a request's query when it names only the given parameters,
+// each at most once; otherwise an invalid_argument error naming the
+// parameter (a repeated one would silently take its first value).
+func queryOf(r *http.Request, names ...string) (url.Values, error) {
+	q := r.URL.Query()
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(names, name) {
+			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are %s", name, strings.Join(names, ", "))
+		}
+		if n := len(q[name]); n > 1 {
+			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "given %d times: give %s once", n, name)
+		}
+	}
+	return q, nil
+}
+
 func (g *Gateway) handleReport(w http.ResponseWriter, r *http.Request) {
 	period := 24 * time.Hour
-	if v := r.URL.Query().Get("since"); v != "" {
+	q, err := queryOf(r, "since")
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	if v := q.Get("since"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "since", "%q is not a period: want a duration such as 24h", v))
@@ -244,14 +267,14 @@ func (g *Gateway) handleReport(w http.ResponseWriter, r *http.Request) {
 // ?key=…&plan_id=…&after=ID&limit=N. The answer's next_after is the cursor
 // of the next page (0: there is none).
 func (g *Gateway) handleAudit(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for name := range q {
-		switch name {
-		case "key", "plan_id", "after", "limit":
-		default:
-			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are key, plan_id, after and limit", name))
-			return
-		}
+	q, err := queryOf(r, "key", "plan_id", "after", "limit")
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	if q.Has("key") && q.Has("plan_id") {
+		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "plan_id", "give key or plan_id, not both: a trail is a key's or a plan's"))
+		return
 	}
 	f := airlock.AuditFilter{Key: q.Get("key"), PlanID: q.Get("plan_id")}
 	if v := q.Get("after"); v != "" {
@@ -288,14 +311,10 @@ func (g *Gateway) handleAudit(w http.ResponseWriter, r *http.Request) {
 // handleRecords lists the records in doubt a page at a time, most recently
 // changed first: GET /v1/records?state=in_doubt&after=&limit=.
 func (g *Gateway) handleRecords(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for name := range q {
-		switch name {
-		case "state", "after", "limit":
-		default:
-			writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are state, after and limit", name))
-			return
-		}
+	q, err := queryOf(r, "state", "after", "limit")
+	if err != nil {
+		writeError(w, g.log, err)
+		return
 	}
 	f := airlock.RecordFilter{State: airlock.State(q.Get("state")), After: q.Get("after")}
 	if f.State == "" {

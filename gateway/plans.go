@@ -127,7 +127,12 @@ var planStatusSchema = json.RawMessage(`{"type":"object","properties":{"plan_id"
 // &since=&until= (RFC 3339) &decided=true &order=oldest|newest &after=&limit=.
 // next_after in the answer is the cursor of the next page ("" at the end).
 func (g *Gateway) handlePlans(w http.ResponseWriter, r *http.Request) {
-	f, err := planFilter(r.URL.Query())
+	q, err := queryOf(r, "status", "tool", "run", "approver", "since", "until", "decided", "order", "after", "limit")
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	f, err := planFilter(q)
 	if err != nil {
 		writeError(w, g.log, err)
 		return
@@ -152,13 +157,6 @@ func (g *Gateway) handlePlans(w http.ResponseWriter, r *http.Request) {
 func planFilter(q url.Values) (airlock.PlanFilter, error) {
 	f := airlock.PlanFilter{Status: airlock.PlanStatus(q.Get("status")), Tool: q.Get("tool"), RunID: q.Get("run"),
 		DecidedBy: q.Get("approver"), After: q.Get("after")}
-	for name := range q {
-		switch name {
-		case "status", "tool", "run", "approver", "since", "until", "decided", "order", "after", "limit":
-		default:
-			return f, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are status, tool, run, approver, since, until, decided, order, after and limit", name)
-		}
-	}
 	for name, into := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339, v)

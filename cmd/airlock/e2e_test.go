@@ -601,17 +601,24 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 	if status, all := apiCall(t, "GET", airlockProc.url()+"/v1/plans?order=newest", approverToken, ""); status != 200 || len(all["plans"].([]any)) != len(listed) || len(listed) < 2 {
 		t.Fatalf("paged %v; all at once %d %v", listed, status, all)
 	}
-	for query, field := range map[string]string{"status=pending": "status", "after=zz": "after", "limit=0": "limit", "order=random": "order", "since=yesterday": "since", "colour=red": "colour"} {
+	for query, field := range map[string]string{"status=pending": "status", "after=zz": "after", "limit=0": "limit", "order=random": "order", "since=yesterday": "since", "colour=red": "colour", "limit=1&limit=2": "limit"} {
 		status, e := apiCall(t, "GET", airlockProc.url()+"/v1/plans?"+query, approverToken, "")
 		if body, _ := e["error"].(map[string]any); status != 400 || body["field"] != field {
 			t.Fatalf("GET /v1/plans?%s: %d %v, want 400 naming %s", query, status, e, field)
+		}
+	}
+	// Repeated and conflicting parameters are refused, naming them.
+	for query, field := range map[string]string{"key=x&plan_id=" + id: "plan_id", "plan_id=" + id + "&limit=1&limit=2": "limit"} {
+		status, e := apiCall(t, "GET", airlockProc.url()+"/v1/audit?"+query, approverToken, "")
+		if body, _ := e["error"].(map[string]any); status != 400 || body["field"] != field {
+			t.Fatalf("GET /v1/audit?%s: %d %v, want 400 naming %s", query, status, e, field)
 		}
 	}
 	// Records in doubt, a page at a time; no other state is listed.
 	if status, page := apiCall(t, "GET", airlockProc.url()+"/v1/records?state=in_doubt&limit=10", approverToken, ""); status != 200 || page["records"] == nil {
 		t.Fatalf("GET /v1/records: %d %v", status, page)
 	}
-	for query, field := range map[string]string{"state=succeeded": "state", "after=zz": "after", "limit=0": "limit", "limit=1000000000": "limit", "colour=red": "colour"} {
+	for query, field := range map[string]string{"state=succeeded": "state", "after=zz": "after", "limit=0": "limit", "limit=1000000000": "limit", "colour=red": "colour", "limit=1&limit=2": "limit", "state=in_doubt&state=failed": "state"} {
 		status, e := apiCall(t, "GET", airlockProc.url()+"/v1/records?"+query, approverToken, "")
 		if body, _ := e["error"].(map[string]any); status != 400 || body["field"] != field {
 			t.Fatalf("GET /v1/records?%s: %d %v, want 400 naming %s", query, status, e, field)
