@@ -13,7 +13,7 @@ import (
 // edge, naming the field; text from upstreams (results, error messages) is
 // made storable instead, since the work it reports is already done.
 
-// DefaultMaxRunIDBytes caps a run id (GuardConfig.MaxRunIDBytes, the
+// DefaultMaxRunIDBytes caps a run id (guard.Config.MaxRunIDBytes, the
 // manifest's limits.run_id_bytes).
 const DefaultMaxRunIDBytes = 256
 

@@ -41,10 +41,9 @@ type ReaperConfig struct {
 // them, purges records past retention, and reconciles in-doubt records.
 // It reads the guard's clock. Every change it makes is conditional, so
 // every replica runs one. Start runs its passes every Interval until Stop;
-// Reap and Reconcile run one pass each (tests, the CLI).
+// Reap and Reconcile run one pass each (tests).
 type Reaper struct {
 	g          *Guard
-	interval   time.Duration
 	redrive    Redriver
 	reconciler airlock.Reconciler
 	schedule   *reconcileSchedule // when each in-doubt record is asked about again
@@ -58,15 +57,16 @@ func NewReaper(g *Guard, cfg *ReaperConfig) *Reaper {
 	if cfg == nil {
 		cfg = &ReaperConfig{}
 	}
-	r := &Reaper{g: g, interval: cfg.Interval, redrive: cfg.Redrive, reconciler: cfg.Reconciler,
+	r := &Reaper{g: g, redrive: cfg.Redrive, reconciler: cfg.Reconciler,
 		schedule: newReconcileSchedule(cfg.ReconcileBackoff), log: cfg.Logger}
-	if r.interval <= 0 {
-		r.interval = time.Second
+	interval := cfg.Interval
+	if interval <= 0 {
+		interval = time.Second
 	}
 	if r.log == nil {
 		r.log = g.log
 	}
-	r.service = maintenance.New(r.pass, maintenance.Config{Interval: r.interval, Clock: g.clock})
+	r.service = maintenance.New(r.pass, maintenance.Config{Interval: interval, Clock: g.clock})
 	return r
 }
 

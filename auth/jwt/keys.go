@@ -51,11 +51,12 @@ func (k *keySet) verify(ctx context.Context, jws *jose.JSONWebSignature) ([]byte
 	if err != nil {
 		return nil, err
 	}
-	if p, known := tryKeys(jws, keys, kid); p != nil || known {
-		if p == nil {
-			return nil, errSignature
-		}
+	p, known := tryKeys(jws, keys, kid)
+	switch {
+	case p != nil:
 		return p, nil
+	case known:
+		return nil, errSignature // a known key did not sign it: forged, nothing to fetch
 	}
 	// An unknown key id: perhaps a rotation.
 	keys, fresh, err := k.refetch(ctx)

@@ -157,7 +157,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	defer func() {
 		if !ok {
 			if a.Guard != nil {
-				a.Guard.Close() // its event writer runs from NewGuard on
+				a.Guard.Close() // its event writer runs from guard.New on
 			}
 			_ = a.closeParts() // the error that stopped New is the one to report
 		}
