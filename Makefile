@@ -25,6 +25,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDeriveKey -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz '^FuzzKeyNormalization$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzParseArgsKeepsText$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalMatchesEncodingJSON$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalArgsMatchesEncodingJSON$$' -fuzztime 30s .

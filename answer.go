@@ -28,8 +28,13 @@ const (
 	// MessageStillRunning answers the first call itself when it is answered
 	// before its side effect ends (respond_within, or the caller gave up).
 	MessageStillRunning = "This work has started and is still running; it must not be redone. Call again later with the same arguments to get its result."
-	MessageInDoubt      = "This work may or may not have happened; a check is under way. Do not retry it and do not try another way to do it; a person or a reconciliation will settle it."
-	MessageNotSent      = "Nothing was done: the service could not be reached. It is safe to retry later."
+	// MessageInDoubt answers for work whose outcome is unknown when the
+	// tool has a reconciliation (reconcile_with) that checks the service.
+	MessageInDoubt = "This work may or may not have happened; a check against the service is under way. Do not retry it and do not try another way to do it; the check, or a person, will settle it."
+	// MessageInDoubtPerson is MessageInDoubt for a tool nothing checks by
+	// itself: a person settles it.
+	MessageInDoubtPerson = "This work may or may not have happened, and nothing checks it by itself: a person will look and settle it. Do not retry it and do not try another way to do it."
+	MessageNotSent       = "Nothing was done: the service could not be reached. It is safe to retry later."
 )
 
 // Answer is what a guarded call returns. A repeat is never an error.
@@ -121,9 +126,18 @@ type KeyedCall struct {
 	ExpiresAt time.Time
 }
 
-// AnswerFor is the answer a record gives: its result once final, in
+// InDoubtMessage is what a model is told of a tool's work in doubt: a
+// check is under way only where the tool has one.
+func InDoubtMessage(t *Tool) string {
+	if t != nil && t.ReconcileWith != "" {
+		return MessageInDoubt
+	}
+	return MessageInDoubtPerson
+}
+
+// AnswerFor is the answer a record of tool gives: its result once final, in
 // progress or in doubt before (an MCP task's result is read so).
-func AnswerFor(rec *Record, repeat bool) *Answer {
+func AnswerFor(rec *Record, tool *Tool, repeat bool) *Answer {
 	a := &Answer{Repeat: repeat, Key: rec.Key}
 	switch rec.State {
 	case StateSucceeded:
@@ -131,7 +145,7 @@ func AnswerFor(rec *Record, repeat bool) *Answer {
 	case StateFailed:
 		a.Status, a.Result, a.Content = StatusFailed, rec.Result, rec.Content
 	case StateInDoubt:
-		a.Status, a.Message = StatusInDoubt, MessageInDoubt
+		a.Status, a.Message = StatusInDoubt, InDoubtMessage(tool)
 	default:
 		a.Status, a.Message = StatusInProgress, MessageInProgress
 	}

@@ -140,20 +140,30 @@ func keyPart(args map[string]any, kf KeyField) (KeyPart, error) {
 	if !ok || v == nil {
 		return KeyPart{}, FieldErrorf(CodeMissingField, kf.Field, "missing required field %q: it identifies the work and must be given; nothing was executed", kf.Field)
 	}
-	var text string
+	// Text is read in NFC and numbers by their value before any normalizer,
+	// always: one record spelled two ways is one key (docs/concepts.md).
+	var p KeyPart
 	switch x := v.(type) {
 	case string:
-		text = x
+		p = KeyPart{Field: kf.Field, Input: x, Value: toNFC(x)}
 	case json.Number:
-		text = x.String()
-	case bool:
-		text = fmt.Sprint(x)
+		text, err := canonicalNumber(x)
+		if err != nil {
+			return KeyPart{}, FieldErrorf(CodeInvalidArgument, kf.Field, "field %q: %v; nothing was executed", kf.Field, err)
+		}
+		p = KeyPart{Field: kf.Field, Input: x.String(), Value: text}
 	case float64:
-		text = json.Number(fmt.Sprint(x)).String()
+		in := strconv.FormatFloat(x, 'g', -1, 64)
+		text, err := canonicalNumber(json.Number(in))
+		if err != nil {
+			return KeyPart{}, FieldErrorf(CodeInvalidArgument, kf.Field, "field %q: %v; nothing was executed", kf.Field, err)
+		}
+		p = KeyPart{Field: kf.Field, Input: in, Value: text}
+	case bool:
+		p = KeyPart{Field: kf.Field, Input: strconv.FormatBool(x), Value: strconv.FormatBool(x)}
 	default:
 		return KeyPart{}, FieldErrorf(CodeInvalidArgument, kf.Field, "field %q must be a string or a number, not %s; nothing was executed", kf.Field, jsonTypeName(v))
 	}
-	p := KeyPart{Field: kf.Field, Input: text, Value: text}
 	for _, n := range kf.Normalize {
 		f, ok := normalizers[n]
 		if !ok {
@@ -164,6 +174,9 @@ func keyPart(args map[string]any, kf KeyField) (KeyPart, error) {
 			return KeyPart{}, FieldErrorf(CodeInvalidArgument, kf.Field, "field %q: %v; nothing was executed", kf.Field, err)
 		}
 		p.Value = out
+	}
+	if len(kf.Normalize) > 0 {
+		p.Value = toNFC(p.Value) // a case mapping may leave a character decomposed
 	}
 	if strings.TrimSpace(p.Value) == "" {
 		return KeyPart{}, FieldErrorf(CodeMissingField, kf.Field, "field %q is empty: it identifies the work and must have a value; nothing was executed", kf.Field)

@@ -460,10 +460,16 @@ func (a *Approval) validate(v *validator, p, name string, m *Catalog) {
 // schemaHasPath reports whether a dotted path names a property of a JSON
 // schema (through nested objects' properties and arrays' items).
 func schemaHasPath(schema map[string]any, path string) bool {
+	_, ok := schemaAt(schema, path)
+	return ok
+}
+
+// schemaAt is the schema of the property a dotted path names.
+func schemaAt(schema map[string]any, path string) (map[string]any, bool) {
 	cur := schema
 	for _, seg := range strings.Split(path, ".") {
 		if cur == nil {
-			return false
+			return nil, false
 		}
 		if items, ok := cur["items"].(map[string]any); ok && isIndex(seg) {
 			cur = items
@@ -472,11 +478,67 @@ func schemaHasPath(schema map[string]any, path string) bool {
 		props, _ := cur["properties"].(map[string]any)
 		next, ok := props[seg].(map[string]any)
 		if !ok {
-			return false
+			return nil, false
 		}
 		cur = next
 	}
-	return true
+	return cur, true
+}
+
+// Warnings are what a valid catalog may still get wrong: natural-key fields
+// whose type the input schema leaves open. Such a field may arrive as text
+// one time and as a number the next ("1.0" and 1.0), and text is keyed as
+// written while a number is keyed by its value: give the field one type.
+func (m *Catalog) Warnings() []Problem {
+	var out []Problem
+	for i, t := range m.Tools {
+		if t == nil || !t.Kind.SideEffecting() {
+			continue
+		}
+		for j, kf := range t.NaturalKey {
+			prop, ok := schemaAt(t.InputSchema, kf.Field)
+			if !ok {
+				continue // a problem Validate reports
+			}
+			types := schemaTypes(prop["type"])
+			path := fmt.Sprintf("tools[%d].natural_key[%d].field", i, j)
+			switch {
+			case len(types) == 0:
+				out = append(out, Problem{Path: path, Message: fmt.Sprintf(
+					"tool %s: natural-key field %q has no type in the input schema: give it \"type\": \"string\" or \"number\", so that every call sends it one way (text is keyed as written, a number by its value)", t.Name, kf.Field)})
+			case len(types) > 1:
+				out = append(out, Problem{Path: path, Message: fmt.Sprintf(
+					"tool %s: natural-key field %q may be any of %s: give it one type, so that every call sends it one way (text is keyed as written, a number by its value)", t.Name, kf.Field, strings.Join(types, ", "))})
+			case types[0] != "string" && types[0] != "number" && types[0] != "integer":
+				out = append(out, Problem{Path: path, Message: fmt.Sprintf(
+					"tool %s: natural-key field %q is of type %s: a key field must be a string or a number, and a call that sends %s is refused", t.Name, kf.Field, types[0], types[0])})
+			}
+		}
+	}
+	return out
+}
+
+// schemaTypes reads a JSON schema "type": one name or a list; "null" does
+// not count, since a null key field is refused anyway.
+func schemaTypes(v any) []string {
+	var names []string
+	switch x := v.(type) {
+	case string:
+		names = []string{x}
+	case []any:
+		for _, e := range x {
+			if s, ok := e.(string); ok {
+				names = append(names, s)
+			}
+		}
+	}
+	out := names[:0]
+	for _, n := range names {
+		if n != "null" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func isIndex(s string) bool {

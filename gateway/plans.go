@@ -63,10 +63,10 @@ func (g *Gateway) propose(ctx context.Context, r *route, req *CallRequest) (*air
 			p = done
 		}
 	}
-	return planAnswer(p, repeat), nil
+	return g.planAnswer(p, repeat), nil
 }
 
-func planAnswer(p *airlock.Plan, repeat bool) *airlock.Answer {
+func (g *Gateway) planAnswer(p *airlock.Plan, repeat bool) *airlock.Answer {
 	a := &airlock.Answer{Status: airlock.StatusPlanned, Repeat: repeat, Plan: p, Key: p.Key}
 	switch p.Status {
 	case airlock.PlanCommitted:
@@ -74,7 +74,7 @@ func planAnswer(p *airlock.Plan, repeat bool) *airlock.Answer {
 	case airlock.PlanFailed:
 		a.Status, a.Result = airlock.StatusFailed, p.Result
 	case airlock.PlanInDoubt:
-		a.Status, a.Message = airlock.StatusInDoubt, airlock.MessageInDoubt
+		a.Status, a.Message = airlock.StatusInDoubt, airlock.InDoubtMessage(g.m.Tool(p.Tool))
 	case airlock.PlanAwaitingApproval:
 		a.Message = messageAwaiting
 	case airlock.PlanApproved, airlock.PlanCommitting:
@@ -100,7 +100,7 @@ func (g *Gateway) planStatus(ctx context.Context, raw json.RawMessage) (*airlock
 	if err != nil {
 		return nil, err
 	}
-	a := planAnswer(p, false)
+	a := g.planAnswer(p, false)
 	a.Repeat = false
 	return a, nil
 }

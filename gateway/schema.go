@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -114,8 +115,13 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 	// The full schema (enums, patterns, nested objects). jsonschema-go
 	// wants plain JSON values, not json.Number, so it gets its own decoding
 	// of the canonical bytes.
+	if path, n, ok := numberOutOfRange(args, ""); ok {
+		return airlock.FieldErrorf(airlock.CodeInvalidArgument, path, "field %q: the number %s is out of range (a JSON number here must lie within ±1.8e308); nothing was executed", path, truncateNumber(n))
+	}
 	var plain any
-	_ = json.Unmarshal(parsed.JSON(), &plain)
+	if err := json.Unmarshal(parsed.JSON(), &plain); err != nil {
+		return airlock.FieldErrorf(airlock.CodeInvalidArgument, "args", "the arguments cannot be read as JSON values: %v; nothing was executed", err)
+	}
 	if err := a.resolved.Validate(plain); err != nil {
 		field := ""
 		if m := schemaPathRE.FindStringSubmatch(err.Error()); m != nil {
@@ -135,4 +141,45 @@ func article(t string) string {
 		return "null"
 	}
 	return "a " + t
+}
+
+// numberOutOfRange finds a number no float64 holds (1e999999999), which
+// the schema validator would read as null: the call is refused naming the
+// field (a dotted path, with array indexes) instead.
+func numberOutOfRange(v any, path string) (string, string, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		if _, err := strconv.ParseFloat(x.String(), 64); err != nil {
+			return path, x.String(), true
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if fp, n, ok := numberOutOfRange(x[k], p); ok {
+				return fp, n, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if fp, n, ok := numberOutOfRange(e, path+"."+strconv.Itoa(i)); ok {
+				return fp, n, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+func truncateNumber(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }

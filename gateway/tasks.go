@@ -224,7 +224,7 @@ func (g *Gateway) viewTask(ctx context.Context, t *airlock.Task) (*taskView, err
 			return nil, err
 		}
 		v.plan, v.updated = p, p.UpdatedAt
-		a := planAnswer(p, t.Repeat)
+		a := g.planAnswer(p, t.Repeat)
 		switch p.Status {
 		case airlock.PlanWithdrawn:
 			v.status, v.message = taskCancelled, "The plan was withdrawn before anyone decided it; it will not be done."
@@ -233,7 +233,7 @@ func (g *Gateway) viewTask(ctx context.Context, t *airlock.Task) (*taskView, err
 		case airlock.PlanApproved, airlock.PlanCommitting:
 			v.status, v.message = taskWorking, taskMessageApproved
 		case airlock.PlanInDoubt:
-			v.status, v.message = taskWorking, airlock.MessageInDoubt
+			v.status, v.message = taskWorking, airlock.InDoubtMessage(g.m.Tool(p.Tool))
 		default:
 			v.status, v.result = taskCompleted, g.toolResult(g.routes[PlanPrefix+t.Tool], a)
 		}
@@ -251,7 +251,7 @@ func (g *Gateway) viewTask(ctx context.Context, t *airlock.Task) (*taskView, err
 		return nil, err
 	}
 	v.updated = rec.UpdatedAt
-	a := airlock.AnswerFor(rec, t.Repeat)
+	a := airlock.AnswerFor(rec, g.m.Tool(t.Tool), t.Repeat)
 	if rec.State.Final() {
 		v.status, v.result = taskCompleted, g.toolResult(g.routes[t.Tool], a)
 	} else {

@@ -507,14 +507,14 @@ func (g *Guard) execute(ctx context.Context, tool *airlock.Tool, rec *airlock.Re
 		// record stays running until its lease ends and the reaper marks it
 		// in doubt. The caller must not redo the work.
 		g.log.Error("airlock: recording an outcome failed", "key", rec.Key, "state", comp.State, "err", err)
-		return result{answer: &airlock.Answer{Status: airlock.StatusInDoubt, Message: airlock.MessageInDoubt}}
+		return result{answer: &airlock.Answer{Status: airlock.StatusInDoubt, Message: airlock.InDoubtMessage(tool)}}
 	}
 	final := *rec
 	final.State, final.Result, final.Content, final.Note, final.Owner = comp.State, comp.Result, comp.Content, comp.Note, ""
 	if final.State.Final() {
 		g.cache.put(&final)
 	}
-	return result{answer: airlock.AnswerFor(&final, false)}
+	return result{answer: airlock.AnswerFor(&final, tool, false)}
 }
 
 // withTimeout is context.WithTimeout by the guard's clock. The system
@@ -615,7 +615,7 @@ func (g *Guard) answerExisting(ctx context.Context, p *prepared, rec *airlock.Re
 			return nil, err
 		}
 	}
-	a = airlock.AnswerFor(rec, true)
+	a = airlock.AnswerFor(rec, tool, true)
 	a.Conflict = conflict
 	if conflict != nil && a.Message == airlock.MessageInProgress {
 		a.Message = airlock.MessageInProgressOther

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/upstream"
 )
 
 // Manifest is airlock.yaml (docs/configuration.md, "The manifest"): the
@@ -142,6 +143,24 @@ type Limits struct {
 	// BodyTimeout is how long a request's body may take to arrive. Default
 	// 30s; from 1s to 10m.
 	BodyTimeout airlock.Duration `yaml:"body_timeout" json:"body_timeout,omitzero"`
+	// UpstreamAnswerBytes caps one upstream answer airlock reads and keeps
+	// (an HTTP response body, an MCP tool result). A larger answer is not
+	// kept: a success is recorded as a success whose result says the
+	// answer was omitted, since the work was done. Default 4 MiB; from
+	// 1 KiB to 256 MiB.
+	UpstreamAnswerBytes *airlock.ByteSize `yaml:"upstream_answer_bytes" json:"upstream_answer_bytes,omitempty"`
+}
+
+// DefaultUpstreamAnswerBytes is limits.upstream_answer_bytes' default.
+const DefaultUpstreamAnswerBytes = upstream.DefaultMaxAnswer
+
+// UpstreamAnswerBytesOr returns the upstream answer limit,
+// DefaultUpstreamAnswerBytes when unset.
+func (l *Limits) UpstreamAnswerBytesOr() int64 {
+	if l.UpstreamAnswerBytes == nil || l.UpstreamAnswerBytes.Err() != nil {
+		return DefaultUpstreamAnswerBytes
+	}
+	return l.UpstreamAnswerBytes.Bytes
 }
 
 // ConnectionsOr returns the connection cap, 1024 when unset.
@@ -215,6 +234,13 @@ func (l *Limits) validate(v *validator) {
 	}
 	if n := l.MCPSessionsPerToken; n < 0 || n > 100_000 {
 		v.add("limits.mcp_sessions_per_token", "must be from 1 to 100000, not %d", n)
+	}
+	switch b := l.UpstreamAnswerBytes; {
+	case b == nil:
+	case b.Err() != nil:
+		v.add("limits.upstream_answer_bytes", "%v", b.Err())
+	case b.Bytes < 1<<10 || b.Bytes > 256<<20:
+		v.add("limits.upstream_answer_bytes", "must be from 1KiB to 256MiB, not %d bytes", b.Bytes)
 	}
 	switch b := l.CacheBytes; {
 	case b == nil:

@@ -142,7 +142,7 @@ var (
 var typeNames = map[string]string{
 	"manifest.Manifest":    "the manifest's top level (version, calendar, auth, upstreams, tools, notify, retention, limits)",
 	"manifest.Retention":   "retention (records, audit, figures)",
-	"manifest.Limits":      "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout)",
+	"manifest.Limits":      "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout, upstream_answer_bytes)",
 	"manifest.Notify":      "notify (webhook, secret_env)",
 	"airlock.Calendar":     "calendar (timezone, cutoff, holidays)",
 	"manifest.Auth":        "auth (tokens, trusted_proxies, oidc, resource, issuers)",

@@ -97,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 		{"request limit too large", "tools:\n", "limits: {request_bytes: 1GiB}\ntools:\n", "test.yaml:3:",
 			[]string{"limits.request_bytes", "from 1KiB to 64MiB"}},
 		{"unknown limit", "tools:\n", "limits: {session_bytes: 10}\ntools:\n", "test.yaml:3:",
-			[]string{`unknown field "session_bytes"`, "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout)"}},
+			[]string{`unknown field "session_bytes"`, "limits (request_bytes, run_id_bytes, cache_bytes, mcp_session_idle, mcp_sessions_per_token, connections, body_timeout, upstream_answer_bytes)"}},
 		{"run id limit too small", "tools:\n", "limits: {run_id_bytes: 8}\ntools:\n", "test.yaml:3:",
 			[]string{"limits.run_id_bytes", "from 16 bytes to 4KiB, not 8 bytes"}},
 		{"bad trusted proxy", "tools:\n", "auth: {trusted_proxies: [10.0.0.0/8, proxy.internal]}\ntools:\n", "test.yaml:3:",

@@ -500,7 +500,7 @@ func (s *Service) commit(ctx context.Context, id string) error {
 	case airlock.StatusFailed:
 		status, errText = airlock.PlanFailed, "the service refused it"
 	case airlock.StatusInDoubt:
-		status, errText = airlock.PlanInDoubt, airlock.MessageInDoubt
+		status, errText = airlock.PlanInDoubt, airlock.InDoubtMessage(tool)
 	default:
 		return ErrRetry
 	}

@@ -8,6 +8,7 @@ package upstream
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 
 	"github.com/airlockhq/airlock"
 )
@@ -83,4 +84,21 @@ func (f Func) Call(ctx context.Context, req *Request) airlock.Outcome { return f
 type Closer interface {
 	Caller
 	Close() error
+}
+
+// DefaultMaxAnswer is the default cap on one upstream answer airlock reads
+// and keeps (manifest limits.upstream_answer_bytes).
+const DefaultMaxAnswer = 4 << 20
+
+// OmittedAnswer is the result kept in place of an answer larger than the
+// cap: the work's outcome is known (the service said it succeeded or
+// failed), its answer is not kept. docs/configuration.md, "limits".
+func OmittedAnswer(limit, size int64) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"answer_omitted": true,
+		"message": "The service's answer was larger than airlock keeps (limits.upstream_answer_bytes, " +
+			strconv.FormatInt(limit, 10) + " bytes); the outcome is as stated, its answer was not kept.",
+		"answer_bytes_at_least": size,
+	})
+	return b
 }

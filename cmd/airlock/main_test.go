@@ -112,6 +112,28 @@ func TestToolsCheck(t *testing.T) {
 			t.Fatalf("bad window not reported:\n%s", r.stdout)
 		}
 	})
+	t.Run("a key field of open type is a warning, not a failure", func(t *testing.T) {
+		t.Parallel()
+		src, err := os.ReadFile("../../examples/withdrawals/airlock.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := strings.Replace(string(src), `record_id: {type: string, description: "The withdrawal's id, such as WD-24817."}
+        note:`, `record_id: {description: "The withdrawal's id, such as WD-24817."}
+        note:`, 1)
+		if open == string(src) {
+			t.Fatal("the example changed: the replacement found nothing")
+		}
+		path := filepath.Join(t.TempDir(), "airlock.yaml")
+		if err := os.WriteFile(path, []byte(open), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, "tools", "check", "--config", path)
+		if r.code != 0 || !strings.Contains(r.stdout, "warning: "+path+": tools[1].natural_key[0].field: tool approve_withdrawal: natural-key field \"record_id\" has no type") ||
+			!strings.Contains(r.stdout, "1 warning(s)") {
+			t.Fatalf("exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	})
 }
 
 func TestToolsList(t *testing.T) {

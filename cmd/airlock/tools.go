@@ -45,13 +45,22 @@ func cmdToolsCheck(e *env, args []string) int {
 		}
 		return fail(e, "%v", err)
 	}
+	warnings := m.Warnings()
+	for _, w := range warnings {
+		w.Place = m.Source
+		fmt.Fprintln(e.stdout, "warning: "+w.String())
+	}
 	guarded := 0
 	for _, t := range m.Tools {
 		if t.Kind.SideEffecting() {
 			guarded++
 		}
 	}
-	fmt.Fprintf(e.stdout, "ok: %d tools, %d side-effecting, each with its three answers\n", len(m.Tools), guarded)
+	fmt.Fprintf(e.stdout, "ok: %d tools, %d side-effecting, each with its three answers", len(m.Tools), guarded)
+	if len(warnings) > 0 {
+		fmt.Fprintf(e.stdout, "; %d warning(s)", len(warnings))
+	}
+	fmt.Fprintln(e.stdout)
 	return 0
 }
 

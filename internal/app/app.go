@@ -341,15 +341,15 @@ func (a *App) connectUpstreams() {
 		var c upstream.Closer
 		switch {
 		case u.HTTP != "":
-			c = httpjson.New(u.HTTP, nil)
+			c = httpjson.New(u.HTTP, &httpjson.Config{MaxResponse: a.Manifest.Limits.UpstreamAnswerBytesOr()})
 		case u.MCP != nil && len(u.MCP.Command) > 0:
 			argv := append([]string(nil), u.MCP.Command...)
 			if !filepath.IsAbs(argv[0]) && strings.ContainsRune(argv[0], filepath.Separator) && a.cfg.ManifestDir != "" {
 				argv[0] = filepath.Join(a.cfg.ManifestDir, argv[0])
 			}
-			c = upmcp.NewCommand(argv, mcpOptions(u.MCP))
+			c = upmcp.NewCommand(argv, a.mcpOptions(u.MCP))
 		case u.MCP != nil:
-			c = upmcp.NewHTTP(u.MCP.URL, mcpOptions(u.MCP))
+			c = upmcp.NewHTTP(u.MCP.URL, a.mcpOptions(u.MCP))
 		default:
 			continue
 		}
@@ -368,8 +368,8 @@ func secretFromEnv(field, name string) (string, error) {
 	return v, nil
 }
 
-func mcpOptions(u *manifest.MCPUpstream) *upmcp.Options {
-	return &upmcp.Options{SessionPerAgent: u.Sessions == manifest.SessionsPerAgent}
+func (a *App) mcpOptions(u *manifest.MCPUpstream) *upmcp.Options {
+	return &upmcp.Options{SessionPerAgent: u.Sessions == manifest.SessionsPerAgent, MaxAnswer: a.Manifest.Limits.UpstreamAnswerBytesOr()}
 }
 
 // caller finds a tool's upstream: an in-process func first, then the

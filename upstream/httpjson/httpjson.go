@@ -30,15 +30,13 @@ import (
 	"github.com/airlockhq/airlock/upstream"
 )
 
-// MaxResponse bounds a response body. Default for Config.MaxResponse.
-const MaxResponse = 4 << 20
-
 // Config configures a Client. A nil *Config means all defaults.
 type Config struct {
 	// HTTPClient sends the requests. Default: a client with its own
 	// transport (keep-alives on, 64 idle connections per host).
 	HTTPClient *http.Client
-	// MaxResponse bounds a response body. Default 4 MiB.
+	// MaxResponse bounds a response body airlock reads and keeps (manifest
+	// limits.upstream_answer_bytes). Default upstream.DefaultMaxAnswer, 4 MiB.
 	MaxResponse int64
 	// Header is added to every request (for example an API key).
 	Header http.Header
@@ -67,7 +65,7 @@ func New(base string, cfg *Config) *Client {
 		c.client = &http.Client{Transport: t}
 	}
 	if c.max <= 0 {
-		c.max = MaxResponse
+		c.max = upstream.DefaultMaxAnswer
 	}
 	return c
 }
@@ -124,7 +122,13 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("reading the response: %w", err)}
 	}
 	if int64(len(raw)) > c.max {
-		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("response larger than %d bytes", c.max)}
+		// The status says what happened; only the answer is too large to
+		// keep. A 2xx is a success whose result says so, an error status
+		// is classified as any other with the start of its body.
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: upstream.OmittedAnswer(c.max, int64(len(raw)))}
+		}
+		raw = raw[:min(len(raw), 1024)]
 	}
 	return classify(resp.StatusCode, raw)
 }

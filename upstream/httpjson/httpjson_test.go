@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,5 +114,55 @@ func TestResetAfterSendIsUnknown(t *testing.T) {
 	out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{}`), Key: "k"})
 	if out.Kind != airlock.OutcomeUnknown {
 		t.Fatalf("outcome %d (%v), want unknown", out.Kind, out.Err)
+	}
+}
+
+// TestAnswerLargerThanTheLimit: the status says what happened; an answer
+// over Config.MaxResponse is not kept, and a success stays a success whose
+// result says the answer was omitted (not "in doubt").
+func TestAnswerLargerThanTheLimit(t *testing.T) {
+	t.Parallel()
+	big := `{"blob":"` + strings.Repeat("x", 4096) + `"}`
+	for _, tc := range []struct {
+		name   string
+		status int
+		max    int64
+		want   airlock.OutcomeKind
+		kept   bool
+	}{
+		{"within the limit", 200, 8192, airlock.OutcomeSucceeded, true},
+		{"a success over the limit", 200, 1024, airlock.OutcomeSucceeded, false},
+		{"a refusal over the limit", 422, 1024, airlock.OutcomeFailed, false},
+		{"a server error over the limit", 502, 1024, airlock.OutcomeUnknown, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(big))
+			}))
+			defer srv.Close()
+			c := httpjson.New(srv.URL, &httpjson.Config{MaxResponse: tc.max})
+			defer c.Close()
+			out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{}`), Key: "k"})
+			if out.Kind != tc.want {
+				t.Fatalf("outcome %d (%v), want %d", out.Kind, out.Err, tc.want)
+			}
+			switch {
+			case tc.kept && string(out.Result) != big:
+				t.Fatalf("the answer was not kept whole: %d bytes", len(out.Result))
+			case !tc.kept && int64(len(out.Result)) > tc.max+512:
+				t.Fatalf("%d bytes kept, over the limit %d", len(out.Result), tc.max)
+			}
+			if tc.status == 200 && !tc.kept {
+				var r struct {
+					Omitted bool   `json:"answer_omitted"`
+					Message string `json:"message"`
+				}
+				if err := json.Unmarshal(out.Result, &r); err != nil || !r.Omitted || !strings.Contains(r.Message, "limits.upstream_answer_bytes") {
+					t.Fatalf("result %s: want answer_omitted naming the limit", out.Result)
+				}
+			}
+		})
 	}
 }

@@ -48,6 +48,10 @@ type Options struct {
 	// MaxAgentSessions caps the upstream sessions kept for agents; reads of
 	// agents beyond it use the shared session. Default 256.
 	MaxAgentSessions int
+	// MaxAnswer caps a tool result airlock keeps (manifest
+	// limits.upstream_answer_bytes): a larger one is recorded with its
+	// outcome and without its answer. Default upstream.DefaultMaxAnswer.
+	MaxAnswer int64
 }
 
 // Client calls tools of one MCP server, opening the session on first use
@@ -117,6 +121,9 @@ func newClient(opts *Options, t func() sdk.Transport) *Client {
 	}
 	if c.opts.MaxAgentSessions <= 0 {
 		c.opts.MaxAgentSessions = 256
+	}
+	if c.opts.MaxAnswer <= 0 {
+		c.opts.MaxAnswer = upstream.DefaultMaxAnswer
 	}
 	c.client = sdk.NewClient(clientImpl, &sdk.ClientOptions{
 		ProgressNotificationHandler: c.onProgress,
@@ -515,10 +522,15 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 	if err != nil {
 		full = nil
 	}
+	kind := airlock.OutcomeSucceeded
 	if res.IsError {
-		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: result, Content: full}
+		kind = airlock.OutcomeFailed
 	}
-	return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: result, Content: full}
+	if size := int64(len(result) + len(full)); size > c.opts.MaxAnswer {
+		// The outcome is known; the answer is too large to keep.
+		return airlock.Outcome{Kind: kind, Result: upstream.OmittedAnswer(c.opts.MaxAnswer, size)}
+	}
+	return airlock.Outcome{Kind: kind, Result: result, Content: full}
 }
 
 // neverConnected reports an error from dialling the server: no connection

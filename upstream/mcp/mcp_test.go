@@ -213,6 +213,22 @@ func TestHTTPServer(t *testing.T) {
 		}
 	})
 
+	t.Run("AnswerOverTheLimitIsNotKept", func(t *testing.T) {
+		t.Parallel()
+		h := startHTTPServer(t)
+		c := mcp.NewHTTP(h.srv.URL, &mcp.Options{MaxAnswer: 64})
+		t.Cleanup(func() { _ = c.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out := call(t, c, ctx, "pid")
+		var r struct {
+			Omitted bool `json:"answer_omitted"`
+		}
+		if out.Kind != airlock.OutcomeSucceeded || json.Unmarshal(out.Result, &r) != nil || !r.Omitted || out.Content != nil {
+			t.Fatalf("outcome %v, result %s, %d bytes of content: want a success whose answer was omitted", out.Kind, out.Result, len(out.Content))
+		}
+	})
+
 	t.Run("ServerGoneBetweenCallsIsNotSent", func(t *testing.T) {
 		t.Parallel()
 		h := startHTTPServer(t)
