@@ -28,6 +28,12 @@ const (
 	EventCommitted   = "committed"
 	EventCommitError = "commit_failed"
 	EventWithdrawn   = "withdrawn"
+	// EventApproval is one approval of a plan that needs several; the plan
+	// waits for the next (Result: approvals, approvals_required, reason).
+	EventApproval = "approval"
+	// EventDecisionRefused is a decision the tool's rule of who decides
+	// forbade (separation of duties, approval.approvers); Error says which.
+	EventDecisionRefused = "decision_refused"
 	// EventLost counts buffered events given up (the store refused them or
 	// took nothing for too long): Result {"lost": n}, DurationUS n.
 	EventLost = "events_lost"

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,9 +45,10 @@ func (s PlanStatus) Final() bool {
 // tool's derived key.
 type Plan struct {
 	ID string `json:"id"`
-	// ProposedBy is who proposed the plan (the agent's token name), as its
-	// planned event records it; it is not kept with the plan itself.
-	ProposedBy string `json:"-"`
+	// ProposedBy is the principal that proposed the plan (its qualified
+	// name, docs/identity.md); it may not approve it where the tool keeps
+	// separation of duties. Empty for plans made before it was kept.
+	ProposedBy string `json:"proposed_by"`
 	Key        string `json:"-"` // the tool's key; never shown to an agent
 	Tool       string `json:"tool"`
 	// Status and the decision.
@@ -66,6 +68,12 @@ type Plan struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
 	ExpiresAt      time.Time       `json:"expires_at"`
+	// ApprovalsRequired is how many distinct people must approve the plan
+	// (the deciding rule's approvals; 1 by default).
+	ApprovalsRequired int `json:"approvals_required"`
+	// Approvals are the approvals given so far, oldest first; the plan is
+	// approved when there are ApprovalsRequired of them.
+	Approvals      []PlanApproval  `json:"approvals,omitempty"`
 	DecidedBy      string          `json:"decided_by,omitempty"`
 	DecisionReason string          `json:"decision_reason,omitempty"`
 	DecidedAt      time.Time       `json:"decided_at,omitzero"`
@@ -87,15 +95,68 @@ func orNull(b json.RawMessage) json.RawMessage {
 	return b
 }
 
+// PlanApproval is one person's approval of a plan.
+type PlanApproval struct {
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// ApprovalsRequiredOr is how many approvals the plan needs: at least 1.
+func (p *Plan) ApprovalsRequiredOr() int { return max(1, p.ApprovalsRequired) }
+
+// ApprovedBy reports whether who has approved the plan already.
+func (p *Plan) ApprovedBy(who string) bool {
+	for _, a := range p.Approvals {
+		if a.By == who {
+			return true
+		}
+	}
+	return false
+}
+
 // PlanDecision is a person's approval or rejection.
 type PlanDecision struct {
 	ID           string
 	Approve      bool
-	By           string // who decides: the approver's name as the audit log records it
-	Role         string // By's role: RoleApprover or RoleAdmin
+	By           string   // who decides: the approver's qualified name as the audit log records it
+	Role         string   // By's role: RoleApprover or RoleAdmin
+	Groups       []string // By's groups (OIDC groups, JWT roles), for Approvers
 	Reason       string
 	DecisionHash string // must equal the plan's
 	Now          time.Time
+	// Policy is what the plan's tool says of who may decide; the plan
+	// service sets it from the manifest.
+	Policy DecisionPolicy
+}
+
+// DecisionPolicy is a tool's rule of who may decide its plans
+// (docs/plans.md, "Who decides").
+type DecisionPolicy struct {
+	// SelfApproval lets the proposer approve its own plan. Default false:
+	// separation of duties.
+	SelfApproval bool
+	// Approvers, when not empty, are who may decide: principals' names and
+	// "group:NAME" entries matched against the decider's groups.
+	Approvers []string
+}
+
+// Allows reports whether a principal with these groups is one of the
+// tool's approvers.
+func (dp DecisionPolicy) Allows(by string, groups []string) bool {
+	if len(dp.Approvers) == 0 {
+		return true
+	}
+	for _, a := range dp.Approvers {
+		if g, ok := strings.CutPrefix(a, "group:"); ok {
+			if slices.Contains(groups, g) {
+				return true
+			}
+		} else if a == by {
+			return true
+		}
+	}
+	return false
 }
 
 // PlanFilter selects plans to list; empty fields match all.
@@ -281,5 +342,40 @@ func CheckDecision(p *Plan, d *PlanDecision) (PlanStatus, error) {
 	if strings.TrimSpace(d.Reason) == "" {
 		return "", FieldErrorf(CodeInvalidArgument, "reason", "a reason is required: why you decide so (it goes in the audit trail)")
 	}
+	if err := d.Policy.Check(p, d); err != nil {
+		return "", err
+	}
+	if d.Approve && p.ApprovedBy(d.By) {
+		return "", nil // the same approval again: still waiting for another person
+	}
 	return want, nil
+}
+
+// Check refuses a decision the tool's rule of who decides forbids: someone
+// not among its approvers (approving or rejecting), or the proposer
+// approving its own plan. The error is CodeForbidden and names the rule.
+func (dp DecisionPolicy) Check(p *Plan, d *PlanDecision) error {
+	if !dp.Allows(d.By, d.Groups) {
+		return FieldErrorf(CodeForbidden, "by", "%s may not decide plans of %s: only %s may (approval.approvers)",
+			d.By, p.Tool, strings.Join(dp.Approvers, ", "))
+	}
+	if d.Approve && !dp.SelfApproval && p.ProposedBy != "" && p.ProposedBy == d.By {
+		return FieldErrorf(CodeForbidden, "by", "separation of duties: %s proposed plan %s and may not approve it; another approver must (approval.allow_self_approval is not set for %s)",
+			d.By, p.ID, p.Tool)
+	}
+	return nil
+}
+
+// Forbidden is the reason a principal may not approve a plan under a
+// policy, or "" when it may: for the page, which then shows no button.
+func (dp DecisionPolicy) Forbidden(p *Plan, by string, groups []string) string {
+	err := dp.Check(p, &PlanDecision{Approve: true, By: by, Groups: groups})
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
 }

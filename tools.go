@@ -204,8 +204,17 @@ type Answers struct {
 
 // Approval is the plan → approve → commit configuration of an irreversible tool.
 type Approval struct {
-	Lookup        *Lookup   `yaml:"lookup" json:"lookup,omitempty"`
-	Rules         []Rule    `yaml:"rules" json:"rules"`
+	Lookup *Lookup `yaml:"lookup" json:"lookup,omitempty"`
+	Rules  []Rule  `yaml:"rules" json:"rules"`
+	// Approvers are who may decide the tool's plans: principals' qualified
+	// names (a static token's name, oidc:EMAIL, jwt:ISSUER#SUBJECT) and
+	// group:NAME for a group or role an OIDC or JWT principal holds.
+	// Default: any approver or admin.
+	Approvers []string `yaml:"approvers" json:"approvers,omitempty"`
+	// AllowSelfApproval, when set, lets the principal that proposed a plan
+	// approve it; its text is the reason, shown by tools list. Default:
+	// separation of duties (the proposer may not approve).
+	AllowSelfApproval string `yaml:"allow_self_approval" json:"allow_self_approval,omitempty"`
 	ExpiresAfter  *Duration `yaml:"expires_after" json:"expires_after,omitempty"`
 	WaitForCommit *Duration `yaml:"wait_for_commit" json:"wait_for_commit,omitempty"`
 	Tests         string    `yaml:"tests" json:"tests,omitempty"`
@@ -232,6 +241,20 @@ type Rule struct {
 	Name   string `yaml:"name" json:"name"`
 	When   string `yaml:"when" json:"when"`
 	Decide string `yaml:"decide" json:"decide"`
+	// Approvals is how many distinct people must approve a plan this rule
+	// leaves to people (decide: human). Default 1; from 1 to 10.
+	Approvals int `yaml:"approvals" json:"approvals,omitempty"`
+}
+
+// MaxApprovals bounds a rule's approvals.
+const MaxApprovals = 10
+
+// DecisionPolicy is the approval's rule of who decides.
+func (a *Approval) DecisionPolicy() DecisionPolicy {
+	if a == nil {
+		return DecisionPolicy{}
+	}
+	return DecisionPolicy{SelfApproval: strings.TrimSpace(a.AllowSelfApproval) != "", Approvers: a.Approvers}
 }
 
 // Tool returns the tool with that name, or nil. It needs Prepare.
@@ -446,6 +469,23 @@ func (a *Approval) validate(v *validator, p, name string, m *Catalog) {
 		if r.Decide != "auto" && r.Decide != "human" {
 			v.add(rp+".decide", "tool %s: rule %q: %q is not a decision: want auto or human", name, r.Name, r.Decide)
 		}
+		switch {
+		case r.Approvals != 0 && r.Decide == "auto":
+			v.add(rp+".approvals", "tool %s: rule %q: approvals is for rules that decide: human", name, r.Name)
+		case r.Approvals < 0 || r.Approvals > MaxApprovals:
+			v.add(rp+".approvals", "tool %s: rule %q: must be from 1 to %d, not %d", name, r.Name, MaxApprovals, r.Approvals)
+		}
+	}
+	seenApprover := map[string]bool{}
+	for i, who := range a.Approvers {
+		ap := fmt.Sprintf("%s.approvers[%d]", p, i)
+		switch g, isGroup := strings.CutPrefix(who, "group:"); {
+		case strings.TrimSpace(who) == "" || (isGroup && strings.TrimSpace(g) == ""):
+			v.add(ap, "tool %s: an approver is a principal's name (alice, oidc:alice@example.com, jwt:ISSUER#SUBJECT) or group:NAME, not %q", name, who)
+		case seenApprover[who]:
+			v.add(ap, "tool %s: approver %q is listed twice", name, who)
+		}
+		seenApprover[who] = true
 	}
 	for _, d := range []struct {
 		field string
@@ -579,6 +619,12 @@ type ToolInfo struct {
 	OnRepeat    string   `json:"on_repeat,omitempty"`
 	OnMismatch  string   `json:"on_mismatch,omitempty"`
 	Rules       []Rule   `json:"rules,omitempty"`
+	// Approvers are who may decide its plans (empty: any approver).
+	Approvers []string `json:"approvers,omitempty"`
+	// SeparationOfDuties is on unless the manifest allows self-approval,
+	// for irreversible tools; SelfApprovalReason then says why.
+	SeparationOfDuties bool   `json:"separation_of_duties,omitempty"`
+	SelfApprovalReason string `json:"self_approval_reason,omitempty"`
 }
 
 // Info describes the tool for the registry.
@@ -601,6 +647,9 @@ func (t *Tool) Info() ToolInfo {
 	ti.OnMismatch = string(t.OnMismatch)
 	if t.Approval != nil {
 		ti.Rules = t.Approval.Rules
+		ti.Approvers = t.Approval.Approvers
+		ti.SelfApprovalReason = strings.TrimSpace(t.Approval.AllowSelfApproval)
+		ti.SeparationOfDuties = ti.SelfApprovalReason == ""
 	}
 	return ti
 }

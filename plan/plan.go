@@ -164,7 +164,7 @@ func (s *Service) propose(ctx context.Context, tool *airlock.Tool, args *airlock
 	in := policy.Input{Args: args.Value(), Tool: tool.Name, Run: runID}
 	var decision policy.Decision
 	if factsErr != nil {
-		decision = policy.Decision{Rule: "", Decision: policy.Human}
+		decision = policy.Decision{Rule: "", Decision: policy.Human, Approvals: s.policies[tool.Name].MostApprovals()}
 	} else {
 		var fm map[string]any
 		if len(facts) > 0 {
@@ -179,7 +179,7 @@ func (s *Service) propose(ctx context.Context, tool *airlock.Tool, args *airlock
 		ID: newID(), Key: d.Key, Tool: tool.Name, Rule: decision.Rule, Decision: decision.Decision,
 		Evaluation: eval, Args: canon, Facts: facts, DecisionHash: airlock.DecisionHash(tool.Name, canon, facts),
 		RunID: runID, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(expires), Status: airlock.PlanAwaitingApproval,
-		ProposedBy: airlock.ActorFrom(ctx),
+		ProposedBy: airlock.ActorFrom(ctx), ApprovalsRequired: max(1, decision.Approvals),
 	}
 	if factsErr != nil {
 		p.FactsError = factsErr.Error()
@@ -260,6 +260,18 @@ func (s *Service) decide(ctx context.Context, d airlock.PlanDecision) (*airlock.
 	d.Reason = strings.TrimSpace(d.Reason)
 	if err := airlock.CheckText("reason", d.Reason); err != nil {
 		return nil, err
+	}
+	// The tool's rule of who decides (approvers, separation of duties) is
+	// checked with the rest inside the store's transaction.
+	cur, err := s.cfg.Store.GetPlan(ctx, d.ID)
+	if err != nil {
+		if errors.Is(err, airlock.ErrNotFound) {
+			return nil, airlock.FieldErrorf(airlock.CodeNotFound, "id", "no plan with id %s", d.ID)
+		}
+		return nil, err
+	}
+	if tool := s.cfg.Manifest.Tool(cur.Tool); tool != nil {
+		d.Policy = tool.Approval.DecisionPolicy()
 	}
 	// Stored times keep microseconds; a decision made now is recognised by
 	// its time below.

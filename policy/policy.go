@@ -45,6 +45,11 @@ type Decision struct {
 	Rule      string       `json:"rule"`
 	Decision  string       `json:"decision"`
 	Evaluated []RuleResult `json:"evaluated"`
+	// Approvals is how many distinct people must approve when Decision is
+	// human: the rule's approvals; when no rule decided (a rule failed,
+	// none matched, the facts could not be looked up), the most any of the
+	// tool's rules asks for. 0 for auto.
+	Approvals int `json:"approvals,omitempty"`
 }
 
 type rule struct {
@@ -131,25 +136,40 @@ func (p *Policy) Decide(in Input) Decision {
 		if err != nil {
 			res.Error = err.Error()
 			d.Evaluated = append(d.Evaluated, res)
-			d.Rule, d.Decision = r.Name, Human
+			d.Rule, d.Decision, d.Approvals = r.Name, Human, p.MostApprovals()
 			return d
 		}
 		b, ok := out.Value().(bool)
 		if !ok {
 			res.Error = fmt.Sprintf("the condition gave %v, not true or false", out.Value())
 			d.Evaluated = append(d.Evaluated, res)
-			d.Rule, d.Decision = r.Name, Human
+			d.Rule, d.Decision, d.Approvals = r.Name, Human, p.MostApprovals()
 			return d
 		}
 		res.Matched = b
 		d.Evaluated = append(d.Evaluated, res)
 		if b {
 			d.Rule, d.Decision = r.Name, r.Decide
+			if r.Decide == Human {
+				d.Approvals = max(1, r.Approvals)
+			}
 			return d
 		}
 	}
-	d.Rule, d.Decision = "", Human
+	d.Rule, d.Decision, d.Approvals = "", Human, p.MostApprovals()
 	return d
+}
+
+// MostApprovals is the most approvals any of the rules asks for, at least
+// 1: what a plan no rule decided needs.
+func (p *Policy) MostApprovals() int {
+	n := 1
+	for _, r := range p.rules {
+		if r.Decide == Human {
+			n = max(n, r.Approvals)
+		}
+	}
+	return n
 }
 
 // plain turns decoded JSON into CEL-friendly values: whole numbers become

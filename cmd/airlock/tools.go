@@ -132,6 +132,9 @@ func writeMarkdown(w io.Writer, m *manifest.Manifest) {
 			fmt.Fprintln(w, "|---|---|")
 			fmt.Fprintf(w, "| Can it be undone? | %s |\n", mdCell(ti.Undo))
 			fmt.Fprintf(w, "| Who approves it? | %s |\n", mdCell(ti.Approver))
+			if kind == airlock.KindIrreversible {
+				fmt.Fprintf(w, "| Who may decide (enforced) | %s |\n", mdCell(whoDecides(ti)))
+			}
 			fmt.Fprintf(w, "| What happens if it repeats? | %s |\n", mdCell(ti.OnRepeat))
 			fmt.Fprintf(w, "| Key | %s, per %s window |\n", mdCell(strings.Join(ti.NaturalKey, " + ")), mdCell(ti.Window))
 		}
@@ -150,3 +153,25 @@ func writeMarkdown(w io.Writer, m *manifest.Manifest) {
 func mdLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func mdCell(s string) string { return strings.ReplaceAll(mdLine(s), "|", `\|`) }
+
+// whoDecides is what airlock enforces of who decides a tool's plans: the
+// approvers, how many for which rule, and separation of duties.
+func whoDecides(ti toolInfo) string {
+	var parts []string
+	if len(ti.Approvers) > 0 {
+		parts = append(parts, "only "+strings.Join(ti.Approvers, ", "))
+	} else {
+		parts = append(parts, "any approver or admin")
+	}
+	for _, r := range ti.Rules {
+		if r.Approvals > 1 {
+			parts = append(parts, fmt.Sprintf("%d distinct approvers under rule %s", r.Approvals, r.Name))
+		}
+	}
+	if ti.SeparationOfDuties {
+		parts = append(parts, "separation of duties: the proposer may not approve")
+	} else {
+		parts = append(parts, "separation of duties off: "+ti.SelfApprovalReason)
+	}
+	return strings.Join(parts, "; ")
+}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -15,17 +16,20 @@ import (
 var _ airlock.PlanStore = (*Store)(nil)
 
 const planColumns = `id, key, tool, status, rule, decision, evaluation, args, facts, facts_error, decision_hash, run_id,
-	created_at, updated_at, expires_at, decided_by, decision_reason, decided_at, result, error`
+	created_at, updated_at, expires_at, decided_by, decision_reason, decided_at, result, error,
+	proposed_by, approvals_required, approvals`
 
 func scanPlan(row pgx.Row) (*airlock.Plan, error) {
 	var (
 		p                   airlock.Plan
 		status, args        string
+		approvals           string
 		eval, facts, result *string
 		decided             *time.Time
 	)
 	err := row.Scan(&p.ID, &p.Key, &p.Tool, &status, &p.Rule, &p.Decision, &eval, &args, &facts, &p.FactsError,
-		&p.DecisionHash, &p.RunID, &p.CreatedAt, &p.UpdatedAt, &p.ExpiresAt, &p.DecidedBy, &p.DecisionReason, &decided, &result, &p.Error)
+		&p.DecisionHash, &p.RunID, &p.CreatedAt, &p.UpdatedAt, &p.ExpiresAt, &p.DecidedBy, &p.DecisionReason, &decided, &result, &p.Error,
+		&p.ProposedBy, &p.ApprovalsRequired, &approvals)
 	if err != nil {
 		if isNoRows(err) {
 			return nil, airlock.ErrNotFound
@@ -33,6 +37,9 @@ func scanPlan(row pgx.Row) (*airlock.Plan, error) {
 		return nil, err
 	}
 	p.Status, p.Args = airlock.PlanStatus(status), json.RawMessage(args)
+	if err := json.Unmarshal([]byte(approvals), &p.Approvals); err != nil {
+		return nil, fmt.Errorf("plan %s: approvals: %w", p.ID, err)
+	}
 	if eval != nil {
 		p.Evaluation = json.RawMessage(*eval)
 	}
@@ -174,10 +181,10 @@ type planRows struct {
 
 func (r *planRows) InsertPlan(ctx context.Context, p *airlock.Plan) (bool, error) {
 	tag, err := r.tx.Exec(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) ON CONFLICT (key) DO NOTHING`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (key) DO NOTHING`,
 		p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
 		p.DecisionHash, p.RunID, p.CreatedAt, p.UpdatedAt, p.ExpiresAt, p.DecidedBy, p.DecisionReason,
-		nullTime(p.DecidedAt), nullText(p.Result), p.Error)
+		nullTime(p.DecidedAt), nullText(p.Result), p.Error, p.ProposedBy, p.ApprovalsRequiredOr(), rules.ApprovalsJSON(p.Approvals))
 	if err != nil {
 		return false, err
 	}
@@ -195,8 +202,9 @@ func (r *planRows) PlanByKey(ctx context.Context, key string) (*airlock.Plan, er
 }
 
 func (r *planRows) UpdatePlanDecision(ctx context.Context, p *rules.DecisionParams) error {
-	_, err := r.tx.Exec(ctx, `UPDATE airlock_plans SET status = $2, decided_by = $3, decision_reason = $4, decided_at = $5, updated_at = $5
-		WHERE id = $1`, p.ID, string(p.Status), p.By, p.Reason, p.At)
+	_, err := r.tx.Exec(ctx, `UPDATE airlock_plans SET status = $2, decided_by = $3, decision_reason = $4,
+		decided_at = CASE WHEN $3 = '' THEN NULL ELSE $5::timestamptz END, updated_at = $5, approvals = $6
+		WHERE id = $1`, p.ID, string(p.Status), p.By, p.Reason, p.At, rules.ApprovalsJSON(p.Approvals))
 	return err
 }
 

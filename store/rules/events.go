@@ -42,6 +42,22 @@ func decisionEvent(p *airlock.Plan) *airlock.AuditEvent {
 	return e
 }
 
+// approvalEvent records one approval of several, the plan still awaiting
+// the next person: who, why, and how many of how many.
+func approvalEvent(p *airlock.Plan, d *airlock.PlanDecision) *airlock.AuditEvent {
+	res, _ := json.Marshal(map[string]any{"status": string(p.Status), "reason": d.Reason,
+		"approvals": len(p.Approvals), "approvals_required": p.ApprovalsRequiredOr()})
+	return &airlock.AuditEvent{At: d.Now, Kind: airlock.EventApproval, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Result: res,
+		Actor: d.By, PlanID: p.ID, Rule: p.Rule, DecisionHash: p.DecisionHash}
+}
+
+// refusedEvent records a decision the tool's rule of who decides forbade.
+func refusedEvent(p *airlock.Plan, d *airlock.PlanDecision, why error) *airlock.AuditEvent {
+	res, _ := json.Marshal(map[string]any{"approve": d.Approve, "reason": d.Reason})
+	return &airlock.AuditEvent{At: d.Now, Kind: airlock.EventDecisionRefused, RunID: p.RunID, Key: p.Key, Tool: p.Tool, Result: res,
+		Error: why.Error(), Actor: airlock.ActorOr(d.By), PlanID: p.ID, Rule: p.Rule, DecisionHash: d.DecisionHash}
+}
+
 // withdrawnEvent records a plan its proposer withdrew: who, and why.
 func withdrawnEvent(p *airlock.Plan, by, reason string, at time.Time) *airlock.AuditEvent {
 	res, _ := json.Marshal(map[string]string{"status": string(p.Status), "reason": reason})

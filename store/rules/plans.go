@@ -11,6 +11,7 @@ package rules
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -49,13 +50,16 @@ type PlanRows interface {
 	EnqueueNotice(ctx context.Context, p *airlock.Plan) error
 }
 
-// DecisionParams are a decision's row update.
+// DecisionParams are a decision's row update: the plan's status and its
+// approvals so far. An approval short of the plan's required number keeps
+// it awaiting, with By empty.
 type DecisionParams struct {
-	ID     string
-	Status airlock.PlanStatus // approved or rejected
-	By     string
-	Reason string
-	At     time.Time
+	ID        string
+	Status    airlock.PlanStatus // approved, rejected, or still awaiting_approval
+	By        string
+	Reason    string
+	At        time.Time
+	Approvals []airlock.PlanApproval
 }
 
 // CreatePlan inserts p unless its key has a plan, with its audit events,
@@ -97,13 +101,35 @@ func DecidePlan(ctx context.Context, x PlanRows, d *airlock.PlanDecision) (out *
 		return nil, nil, err
 	}
 	next, problem := airlock.CheckDecision(cur, d)
+	if airlock.ErrorCode(problem) == airlock.CodeForbidden {
+		// A decision the tool's rule of who decides forbids is audited:
+		// the auditor sees who tried.
+		if err := x.AppendAudit(ctx, refusedEvent(cur, d, problem)); err != nil {
+			return nil, nil, err
+		}
+	}
 	if problem != nil || next == "" {
 		return cur, problem, nil
 	}
-	if err := x.UpdatePlanDecision(ctx, &DecisionParams{ID: d.ID, Status: next, By: d.By, Reason: d.Reason, At: d.Now}); err != nil {
+	params := &DecisionParams{ID: d.ID, Status: next, By: d.By, Reason: d.Reason, At: d.Now, Approvals: cur.Approvals}
+	if next == airlock.PlanApproved {
+		params.Approvals = append(append([]airlock.PlanApproval(nil), cur.Approvals...), airlock.PlanApproval{By: d.By, Reason: d.Reason, At: d.Now.UTC()})
+		if len(params.Approvals) < cur.ApprovalsRequiredOr() {
+			// One approval of several: the plan waits for the next person.
+			params.Status, params.By, params.Reason, params.At = airlock.PlanAwaitingApproval, "", "", d.Now
+		}
+	}
+	if err := x.UpdatePlanDecision(ctx, params); err != nil {
 		return nil, nil, err
 	}
-	cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt, cur.UpdatedAt = next, d.By, d.Reason, d.Now.UTC(), d.Now.UTC()
+	cur.Approvals, cur.UpdatedAt = params.Approvals, d.Now.UTC()
+	if params.Status == airlock.PlanAwaitingApproval {
+		if err := x.AppendAudit(ctx, approvalEvent(cur, d)); err != nil {
+			return nil, nil, err
+		}
+		return cur, nil, nil
+	}
+	cur.Status, cur.DecidedBy, cur.DecisionReason, cur.DecidedAt = next, d.By, d.Reason, d.Now.UTC()
 	if err := x.AppendAudit(ctx, decisionEvent(cur)); err != nil {
 		return nil, nil, err
 	}
@@ -156,4 +182,14 @@ func WithdrawPlan(ctx context.Context, x PlanRows, p *airlock.WithdrawPlanParams
 		return nil, false, err
 	}
 	return plan, true, x.AppendAudit(ctx, withdrawnEvent(plan, p.By, p.Reason, p.At))
+}
+
+// ApprovalsJSON is how drivers store a plan's approvals: a JSON array,
+// never null.
+func ApprovalsJSON(a []airlock.PlanApproval) string {
+	if len(a) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(a)
+	return string(b)
 }

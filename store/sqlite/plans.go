@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -15,17 +16,19 @@ import (
 var _ airlock.PlanStore = (*Store)(nil)
 
 const planColumns = `id, key, tool, status, rule, decision, evaluation, args, facts, facts_error, decision_hash, run_id,
-	created_at, updated_at, expires_at, decided_by, decision_reason, decided_at, result, error`
+	created_at, updated_at, expires_at, decided_by, decision_reason, decided_at, result, error,
+	proposed_by, approvals_required, approvals`
 
 func scanPlan(row scanner) (*airlock.Plan, error) {
 	var (
 		p                                  airlock.Plan
-		status, args                       string
+		status, args, approvals            string
 		eval, facts, result                sql.NullString
 		created, updated, expires, decided int64
 	)
 	err := row.Scan(&p.ID, &p.Key, &p.Tool, &status, &p.Rule, &p.Decision, &eval, &args, &facts, &p.FactsError,
-		&p.DecisionHash, &p.RunID, &created, &updated, &expires, &p.DecidedBy, &p.DecisionReason, &decided, &result, &p.Error)
+		&p.DecisionHash, &p.RunID, &created, &updated, &expires, &p.DecidedBy, &p.DecisionReason, &decided, &result, &p.Error,
+		&p.ProposedBy, &p.ApprovalsRequired, &approvals)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, airlock.ErrNotFound
@@ -33,6 +36,9 @@ func scanPlan(row scanner) (*airlock.Plan, error) {
 		return nil, err
 	}
 	p.Status, p.Args = airlock.PlanStatus(status), json.RawMessage(args)
+	if err := json.Unmarshal([]byte(approvals), &p.Approvals); err != nil {
+		return nil, fmt.Errorf("plan %s: approvals: %w", p.ID, err)
+	}
 	if eval.Valid {
 		p.Evaluation = json.RawMessage(eval.String)
 	}
@@ -177,10 +183,10 @@ type planRows struct {
 
 func (r *planRows) InsertPlan(ctx context.Context, p *airlock.Plan) (bool, error) {
 	res, err := r.tx.ExecContext(ctx, `INSERT INTO airlock_plans (`+planColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
 		p.ID, p.Key, p.Tool, string(p.Status), p.Rule, p.Decision, nullText(p.Evaluation), string(p.Args), nullText(p.Facts), p.FactsError,
 		p.DecisionHash, p.RunID, micros(p.CreatedAt), micros(p.UpdatedAt), micros(p.ExpiresAt), p.DecidedBy, p.DecisionReason,
-		micros(p.DecidedAt), nullText(p.Result), p.Error)
+		micros(p.DecidedAt), nullText(p.Result), p.Error, p.ProposedBy, p.ApprovalsRequiredOr(), rules.ApprovalsJSON(p.Approvals))
 	if err != nil {
 		return false, err
 	}
@@ -197,8 +203,13 @@ func (r *planRows) PlanByKey(ctx context.Context, key string) (*airlock.Plan, er
 }
 
 func (r *planRows) UpdatePlanDecision(ctx context.Context, p *rules.DecisionParams) error {
-	_, err := r.tx.ExecContext(ctx, `UPDATE airlock_plans SET status = ?, decided_by = ?, decision_reason = ?, decided_at = ?, updated_at = ?
-		WHERE id = ? AND status = 'awaiting_approval'`, string(p.Status), p.By, p.Reason, micros(p.At), micros(p.At), p.ID)
+	decided := micros(p.At)
+	if p.By == "" {
+		decided = 0 // one approval of several: not decided yet
+	}
+	_, err := r.tx.ExecContext(ctx, `UPDATE airlock_plans SET status = ?, decided_by = ?, decision_reason = ?, decided_at = ?, updated_at = ?,
+		approvals = ? WHERE id = ? AND status = 'awaiting_approval'`, string(p.Status), p.By, p.Reason, decided, micros(p.At),
+		rules.ApprovalsJSON(p.Approvals), p.ID)
 	return err
 }
 

@@ -97,6 +97,118 @@ func runPlans(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("SeparationOfDuties", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		proposed := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		proposed.ProposedBy = "root"
+		p, _, err := s.CreatePlan(ctx, proposed)
+		must(t, err)
+		if p.ProposedBy != "root" || p.ApprovalsRequiredOr() != 1 {
+			t.Fatalf("stored plan: proposed by %q, %d approvals required", p.ProposedBy, p.ApprovalsRequired)
+		}
+		d := &airlock.PlanDecision{ID: p.ID, Approve: true, By: "root", Role: airlock.RoleAdmin, Reason: "mine", DecisionHash: p.DecisionHash, Now: now}
+		_, err = s.DecidePlan(ctx, d)
+		if airlock.ErrorCode(err) != airlock.CodeForbidden || !strings.Contains(err.Error(), "separation of duties") {
+			t.Fatalf("the proposer approving its own plan: %v, want forbidden naming separation of duties", err)
+		}
+		if got, _ := s.GetPlan(ctx, p.ID); got.Status != airlock.PlanAwaitingApproval || len(got.Approvals) != 0 {
+			t.Fatalf("after the refusal: %s, %d approvals", got.Status, len(got.Approvals))
+		}
+		events, err := s.AuditTrail(ctx, airlock.AuditFilter{PlanID: p.ID})
+		must(t, err)
+		refused := slices.IndexFunc(events, func(e *airlock.AuditEvent) bool { return e.Kind == airlock.EventDecisionRefused })
+		if refused < 0 || events[refused].Actor != "root" || !strings.Contains(events[refused].Error, "separation of duties") {
+			t.Fatalf("the refusal is not audited: %+v", events)
+		}
+		// An approver list leaves out someone else, whatever the role.
+		d2 := *d
+		d2.By, d2.Policy = "mallory", airlock.DecisionPolicy{Approvers: []string{"alice", "group:payments"}}
+		if _, err := s.DecidePlan(ctx, &d2); airlock.ErrorCode(err) != airlock.CodeForbidden || !strings.Contains(err.Error(), "alice, group:payments") {
+			t.Fatalf("someone not among the approvers: %v", err)
+		}
+		d2.By, d2.Groups = "carol", []string{"payments"}
+		got, err := s.DecidePlan(ctx, &d2)
+		must(t, err)
+		if got.Status != airlock.PlanApproved || got.DecidedBy != "carol" || len(got.Approvals) != 1 || got.Approvals[0].By != "carol" {
+			t.Fatalf("a member of the approvers' group: %+v", got)
+		}
+		// With self-approval allowed, the proposer may approve.
+		own := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		own.ProposedBy = "root"
+		p2, _, err := s.CreatePlan(ctx, own)
+		must(t, err)
+		d3 := *d
+		d3.ID, d3.Policy = p2.ID, airlock.DecisionPolicy{SelfApproval: true}
+		if got, err := s.DecidePlan(ctx, &d3); err != nil || got.Status != airlock.PlanApproved {
+			t.Fatalf("self-approval allowed: %+v %v", got, err)
+		}
+		// The proposer may reject its own plan.
+		mine := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		mine.ProposedBy = "root"
+		p3, _, err := s.CreatePlan(ctx, mine)
+		must(t, err)
+		d4 := *d
+		d4.ID, d4.Approve = p3.ID, false
+		if got, err := s.DecidePlan(ctx, &d4); err != nil || got.Status != airlock.PlanRejected {
+			t.Fatalf("the proposer rejecting: %+v %v", got, err)
+		}
+	})
+
+	t.Run("TwoApprovers", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		two := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		two.ApprovalsRequired = 2
+		p, _, err := s.CreatePlan(ctx, two)
+		must(t, err)
+		decide := func(by string, approve bool) (*airlock.Plan, error) {
+			return s.DecidePlan(ctx, &airlock.PlanDecision{ID: p.ID, Approve: approve, By: by, Role: airlock.RoleApprover, Reason: by + " checked", DecisionHash: p.DecisionHash, Now: now})
+		}
+		got, err := decide("alice", true)
+		must(t, err)
+		if got.Status != airlock.PlanAwaitingApproval || len(got.Approvals) != 1 || got.DecidedBy != "" {
+			t.Fatalf("one approval of two: %+v", got)
+		}
+		// The same person again is still one approval.
+		got, err = decide("alice", true)
+		must(t, err)
+		if got.Status != airlock.PlanAwaitingApproval || len(got.Approvals) != 1 {
+			t.Fatalf("alice twice: %+v", got)
+		}
+		got, err = decide("bob", true)
+		must(t, err)
+		if got.Status != airlock.PlanApproved || len(got.Approvals) != 2 || got.DecidedBy != "bob" || got.Approvals[0].By != "alice" {
+			t.Fatalf("two approvals: %+v", got)
+		}
+		read, err := s.GetPlan(ctx, p.ID)
+		must(t, err)
+		if read.Status != airlock.PlanApproved || len(read.Approvals) != 2 || read.Approvals[1].Reason != "bob checked" {
+			t.Fatalf("read back: %+v", read)
+		}
+		events, err := s.AuditTrail(ctx, airlock.AuditFilter{PlanID: p.ID})
+		must(t, err)
+		var kinds []string
+		for _, e := range events {
+			kinds = append(kinds, e.Kind+":"+e.Actor)
+		}
+		if !slices.Contains(kinds, airlock.EventApproval+":alice") || !slices.Contains(kinds, airlock.EventDecided+":bob") {
+			t.Fatalf("each approval is its own event: %v", kinds)
+		}
+		// One rejection rejects, after an approval.
+		other := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		other.ApprovalsRequired = 2
+		p, _, err = s.CreatePlan(ctx, other)
+		must(t, err)
+		_, err = decide("alice", true)
+		must(t, err)
+		got, err = decide("carol", false)
+		must(t, err)
+		if got.Status != airlock.PlanRejected || got.DecidedBy != "carol" {
+			t.Fatalf("a rejection after one approval: %+v", got)
+		}
+	})
+
 	t.Run("ExpireListAndStatus", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
@@ -326,6 +438,51 @@ func RunOutbox(t *testing.T, newStore NewStoreWithOutbox) {
 			t.Fatalf("approved twice, enqueued %d times; want 1", calls.Load())
 		}
 	})
+	t.Run("TwoApproversAtOnceCommitOnce", func(t *testing.T) {
+		t.Parallel()
+		RunTwoApproversAtOnce(t, newStore)
+	})
+}
+
+// RunTwoApproversAtOnce: two approvals of a plan that needs two, arriving
+// at once (as from two replicas: two transactions), approve it once and
+// enqueue its commit once, every time.
+func RunTwoApproversAtOnce(t *testing.T, newStore NewStoreWithOutbox) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	commits := map[string]int{}
+	var mu sync.Mutex
+	s := newStore(t, func(ctx context.Context, p *airlock.Plan) error {
+		mu.Lock()
+		defer mu.Unlock()
+		commits[p.ID]++
+		return nil
+	})
+	for range 20 {
+		two := newPlan(Key("k"), airlock.PlanAwaitingApproval, now)
+		two.ApprovalsRequired = 2
+		p, _, err := s.CreatePlan(ctx, two)
+		must(t, err)
+		var wg sync.WaitGroup
+		for _, by := range []string{"alice", "bob"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.DecidePlan(ctx, &airlock.PlanDecision{ID: p.ID, Approve: true, By: by, Role: airlock.RoleApprover, Reason: "ok", DecisionHash: p.DecisionHash, Now: now}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		got, err := s.GetPlan(ctx, p.ID)
+		must(t, err)
+		mu.Lock()
+		n := commits[p.ID]
+		mu.Unlock()
+		if got.Status != airlock.PlanApproved || len(got.Approvals) != 2 || n != 1 {
+			t.Fatalf("two approvals at once: %s with %d approvals, %d commits enqueued; want approved, 2, 1", got.Status, len(got.Approvals), n)
+		}
+	}
 }
 
 // RunNoticeOutbox checks that a plan created waiting for a person has its
