@@ -63,11 +63,11 @@ type Plan struct {
 	// waits for a person).
 	FactsError string `json:"facts_error,omitempty"`
 	// DecisionHash binds a decision to the arguments and facts it was made on.
-	DecisionHash   string          `json:"decision_hash"`
-	RunID          string          `json:"run_id"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	ExpiresAt      time.Time       `json:"expires_at"`
+	DecisionHash string    `json:"decision_hash"`
+	RunID        string    `json:"run_id"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	ExpiresAt    time.Time `json:"expires_at"`
 	// ApprovalsRequired is how many distinct people must approve the plan
 	// (the deciding rule's approvals; 1 by default).
 	ApprovalsRequired int `json:"approvals_required"`

@@ -214,10 +214,10 @@ type Approval struct {
 	// AllowSelfApproval, when set, lets the principal that proposed a plan
 	// approve it; its text is the reason, shown by tools list. Default:
 	// separation of duties (the proposer may not approve).
-	AllowSelfApproval string `yaml:"allow_self_approval" json:"allow_self_approval,omitempty"`
-	ExpiresAfter  *Duration `yaml:"expires_after" json:"expires_after,omitempty"`
-	WaitForCommit *Duration `yaml:"wait_for_commit" json:"wait_for_commit,omitempty"`
-	Tests         string    `yaml:"tests" json:"tests,omitempty"`
+	AllowSelfApproval string    `yaml:"allow_self_approval" json:"allow_self_approval,omitempty"`
+	ExpiresAfter      *Duration `yaml:"expires_after" json:"expires_after,omitempty"`
+	WaitForCommit     *Duration `yaml:"wait_for_commit" json:"wait_for_commit,omitempty"`
+	Tests             string    `yaml:"tests" json:"tests,omitempty"`
 }
 
 // ExpiresAfterOr is how long a plan waits for a person before it expires:
