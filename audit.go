@@ -213,3 +213,20 @@ func CompletionEvent(st State) string {
 	}
 	return EventInDoubt
 }
+
+// Principals from outside the manifest are named with where they come from,
+// so that none can act as, or be recorded as, a static token of the same
+// name (docs/identity.md, "One namespace per kind of identity"): a static
+// token is its name (which may not contain ':'); a person signed in through
+// OpenID Connect is "oidc:" and the name the provider gives; a program
+// with a JWT is "jwt:" ISSUER "#" and the token's name claim.
+const (
+	PrincipalOIDC = "oidc:"
+	PrincipalJWT  = "jwt:"
+)
+
+// OIDCPrincipal is the qualified name of a person signed in through OIDC.
+func OIDCPrincipal(name string) string { return PrincipalOIDC + name }
+
+// JWTPrincipal is the qualified name of a JWT's caller.
+func JWTPrincipal(issuer, name string) string { return PrincipalJWT + issuer + "#" + name }

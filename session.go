@@ -14,6 +14,7 @@ type PageSession struct {
 	Name      string    // who: the token's name, or the person's identity from the identity provider
 	Role      string    // RoleApprover or RoleAdmin
 	Subject   string    // the identity provider's issuer and subject ("" for a token)
+	Groups    []string  // the person's groups from the identity provider (approval.approvers)
 	CSRF      string    // the token every form of the session carries
 	Flash     string    // the message the session's next page shows once
 	CreatedAt time.Time //

@@ -30,8 +30,9 @@ type Token struct {
 
 // Principal is who made a request.
 type Principal struct {
-	Name string `json:"name"`
-	Role string `json:"role"`
+	Name   string   `json:"name"` // qualified (docs/identity.md): alice, jwt:ISSUER#NAME
+	Role   string   `json:"role"`
+	Groups []string `json:"groups,omitempty"` // a JWT's roles claim values
 }
 
 // TokensFromManifest resolves the manifest's tokens: sha256 entries as
@@ -54,6 +55,12 @@ func TokensFromManifest(specs []manifest.TokenSpec) ([]Token, error) {
 				return nil, fmt.Errorf("token %s: environment variable %s is not set", s.Name, s.Env)
 			}
 			t.SHA256 = sha256.Sum256([]byte(v))
+		}
+		for _, o := range out {
+			if o.SHA256 == t.SHA256 {
+				// The first would win silently: one secret, two principals.
+				return nil, fmt.Errorf("tokens %s and %s have one secret: one secret must name one principal (auth.tokens)", o.Name, t.Name)
+			}
 		}
 		out = append(out, t)
 	}

@@ -149,7 +149,17 @@ func (g *Gateway) handlePlans(w http.ResponseWriter, r *http.Request) {
 	if plans == nil {
 		plans = []*airlock.Plan{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"plans": plans, "next_after": next})
+	// The true number waiting for a person, whatever the page.
+	waiting, err := g.store.WaitingPlans(r.Context())
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	total := 0
+	for _, wp := range waiting {
+		total += wp.Depth
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plans": plans, "next_after": next, "waiting": total})
 }
 
 // planFilter reads a plan list's query parameters; errors name the one
@@ -218,7 +228,7 @@ func (g *Gateway) handleDecide(approve bool) http.HandlerFunc {
 			ctx = g.tracer.Continue(ctx, r.Header.Get("traceparent"), r.Header.Get("tracestate"))
 		}
 		plan, err := g.plans.Decide(ctx, airlock.PlanDecision{
-			ID: r.PathValue("id"), Approve: approve, By: p.Name, Role: p.Role, Reason: req.Reason, DecisionHash: req.DecisionHash,
+			ID: r.PathValue("id"), Approve: approve, By: p.Name, Role: p.Role, Groups: p.Groups, Reason: req.Reason, DecisionHash: req.DecisionHash,
 		})
 		if err != nil {
 			writeError(w, g.log, err)

@@ -573,14 +573,29 @@ func (a *Auth) validate(v *validator) {
 		}
 	}
 	seen := map[string]bool{}
+	secrets := map[string]string{} // sha256 or env → the first token's name
 	for i, tok := range a.Tokens {
 		p := fmt.Sprintf("auth.tokens[%d]", i)
-		if tok.Name == "" {
+		switch {
+		case tok.Name == "":
 			v.add(p+".name", "required: a name for the token (it appears in the audit log)")
-		} else if seen[tok.Name] {
+		case seen[tok.Name]:
 			v.add(p+".name", "token name %q is used twice", tok.Name)
+		case strings.Contains(tok.Name, ":"):
+			// oidc: and jwt: name principals from elsewhere (docs/identity.md).
+			v.add(p+".name", "token name %q may not contain ':' (names with a colon are those of people and programs from an identity provider, such as oidc:… and jwt:…)", tok.Name)
 		}
 		seen[tok.Name] = true
+		for _, s := range []struct{ kind, value string }{{"sha256", strings.ToLower(tok.SHA256)}, {"env variable", tok.Env}} {
+			if s.value == "" {
+				continue
+			}
+			if first, dup := secrets[s.kind+" "+s.value]; dup {
+				v.add(p, "tokens %s and %s have one secret (the same %s %s): one secret must name one principal", first, tok.Name, s.kind, s.value)
+			} else {
+				secrets[s.kind+" "+s.value] = tok.Name
+			}
+		}
 		switch tok.Role {
 		case airlock.RoleAgent, airlock.RoleApprover, airlock.RoleAdmin:
 		default:

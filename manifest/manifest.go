@@ -157,9 +157,9 @@ var typeNames = map[string]string{
 	"airlock.KeyField":     "a natural-key entry (field, normalize)",
 	"airlock.ToolUpstream": "a tool's upstream (name, path, tool)",
 	"airlock.Answers":      "answers (undo, approver, on_repeat)",
-	"airlock.Approval":     "approval (lookup, rules, expires_after, wait_for_commit, tests)",
+	"airlock.Approval":     "approval (lookup, rules, approvers, allow_self_approval, expires_after, wait_for_commit, tests)",
 	"airlock.Lookup":       "lookup (tool, args)",
-	"airlock.Rule":         "a rule (name, when, decide)",
+	"airlock.Rule":         "a rule (name, when, decide, approvals)",
 }
 
 var yamlKinds = map[string]string{"str": "text", "int": "a number", "float": "a number", "bool": "true/false", "map": "a mapping", "seq": "a list", "null": "nothing"}

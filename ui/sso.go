@@ -85,7 +85,7 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.cfg.Throttle.Succeed(addr)
-	if !u.startSession(w, r, Principal{Name: id.Name, Role: id.Role}, id.Subject) {
+	if !u.startSession(w, r, Principal{Name: id.Name, Role: id.Role, Groups: id.Groups}, id.Subject) {
 		return
 	}
 	u.log.Info("airlock ui: signed in", "name", id.Name, "role", id.Role, "subject", id.Subject)

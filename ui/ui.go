@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +44,10 @@ import (
 var files embed.FS
 
 // Principal is who signed in.
-type Principal struct{ Name, Role string }
+type Principal struct {
+	Name, Role string
+	Groups     []string
+}
 
 // Config configures the UI.
 type Config struct {
@@ -351,7 +355,7 @@ func (u *UI) csrf(next http.HandlerFunc) http.HandlerFunc {
 func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data map[string]any, flash string) {
 	d := map[string]any{"Title": title, "Flash": flash}
 	if s := sessionOf(r); s != nil {
-		d["Principal"], d["CSRF"], d["Admin"] = &Principal{s.Name, s.Role}, s.CSRF, s.Role == airlock.RoleAdmin
+		d["Principal"], d["CSRF"], d["Admin"] = &Principal{Name: s.Name, Role: s.Role, Groups: s.Groups}, s.CSRF, s.Role == airlock.RoleAdmin
 	} else if pre, ok := u.preToken(r); ok {
 		d["CSRF"] = pre
 	}
@@ -493,7 +497,7 @@ func (u *UI) startSession(w http.ResponseWriter, r *http.Request, p Principal, s
 	}
 	value := randomHex(32)
 	now := time.Now().UTC()
-	err := u.cfg.Store.CreateSession(r.Context(), &airlock.PageSession{ID: sessionKey(value), Name: p.Name, Role: p.Role, Subject: subject,
+	err := u.cfg.Store.CreateSession(r.Context(), &airlock.PageSession{ID: sessionKey(value), Name: p.Name, Role: p.Role, Subject: subject, Groups: p.Groups,
 		CSRF: randomHex(16), CreatedAt: now, ExpiresAt: now.Add(u.cfg.SessionTTL)})
 	if err != nil {
 		u.fail(w, r, err)
@@ -515,13 +519,91 @@ func (u *UI) signout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
 }
 
+// queuePage is how many waiting plans one page of the queue shows.
+const queuePage = 100
+
+// queueRow is one waiting plan as the queue shows it: what it is about
+// (its natural-key arguments, the facts its tool's rules read) and how
+// many approvals it has of how many.
+type queueRow struct {
+	*airlock.Plan
+	Work, Facts string
+}
+
 func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
-	plans, err := u.cfg.Store.ListPlans(r.Context(), airlock.PlanFilter{Status: airlock.PlanAwaitingApproval, Limit: 500})
+	after := r.URL.Query().Get("after")
+	plans, err := u.cfg.Store.ListPlans(r.Context(), airlock.PlanFilter{Status: airlock.PlanAwaitingApproval, After: after, Limit: queuePage})
+	if airlock.ErrorCode(err) == airlock.CodeInvalidArgument {
+		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, err.Error())
+		return
+	}
 	if err != nil {
 		u.fail(w, r, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, "queue", fmt.Sprintf("(%d) Queue", len(plans)), map[string]any{"Plans": plans}, u.popFlash(r))
+	waiting, err := u.cfg.Store.WaitingPlans(r.Context())
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	total := 0
+	for _, wp := range waiting {
+		total += wp.Depth
+	}
+	rows := make([]queueRow, len(plans))
+	for i, p := range plans {
+		rows[i] = queueRow{Plan: p}
+		if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
+			rows[i].Work, rows[i].Facts = naturalKeyLine(tool, p.Args), factsRead(tool, p.Facts)
+		}
+	}
+	data := map[string]any{"Plans": rows, "Total": total}
+	if after != "" {
+		data["First"] = "/ui/"
+	}
+	if len(plans) == queuePage {
+		data["Next"] = "/ui/?" + url.Values{"after": {airlock.PlanCursor(plans[len(plans)-1])}}.Encode()
+	}
+	u.render(w, r, http.StatusOK, "queue", fmt.Sprintf("(%d) Queue", total), data, u.popFlash(r))
+}
+
+// naturalKeyLine is a plan's natural-key arguments, "record_id: WD-2".
+func naturalKeyLine(t *airlock.Tool, args json.RawMessage) string {
+	m, err := airlock.ParseArgs(args)
+	if err != nil {
+		return ""
+	}
+	parts := make([]string, 0, len(t.NaturalKey))
+	for _, kf := range t.NaturalKey {
+		if v, ok := m[kf.Field]; ok {
+			parts = append(parts, fmt.Sprintf("%s: %v", kf.Field, v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+var factRef = regexp.MustCompile(`\bfacts\.([A-Za-z_][A-Za-z0-9_]*)`)
+
+// factsRead is the facts the tool's rules read (facts.NAME in a rule's
+// condition), with their values in this plan.
+func factsRead(t *airlock.Tool, facts json.RawMessage) string {
+	m, err := airlock.ParseArgs(facts)
+	if err != nil || t.Approval == nil {
+		return ""
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, rule := range t.Approval.Rules {
+		for _, ref := range factRef.FindAllStringSubmatch(rule.When, -1) {
+			if name := ref[1]; !seen[name] {
+				seen[name] = true
+				if v, ok := m[name]; ok {
+					parts = append(parts, fmt.Sprintf("%s: %v", name, v))
+				}
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -542,7 +624,15 @@ func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail}, u.popFlash(r))
+	// Who may not approve, and why (separation of duties, the tool's
+	// approvers): the page then offers no Approve button, and says so.
+	cannot := ""
+	if s := sessionOf(r); s != nil {
+		if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
+			cannot = tool.Approval.DecisionPolicy().Forbidden(p, s.Name, s.Groups)
+		}
+	}
+	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail, "CannotApprove": cannot}, u.popFlash(r))
 }
 
 func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
@@ -555,7 +645,7 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := ""
 	if _, err := u.cfg.Plans.Decide(r.Context(), airlock.PlanDecision{
-		ID: id, Approve: action == "approve", By: s.Name, Role: s.Role, Reason: r.PostFormValue("reason"), DecisionHash: r.PostFormValue("decision_hash"),
+		ID: id, Approve: action == "approve", By: s.Name, Role: s.Role, Groups: s.Groups, Reason: r.PostFormValue("reason"), DecisionHash: r.PostFormValue("decision_hash"),
 	}); err != nil {
 		var e *airlock.Error
 		if errors.As(err, &e) {

@@ -41,7 +41,11 @@ type Config struct {
 }
 
 // Principal is who a verified token names.
-type Principal struct{ Name, Role string }
+type Principal struct {
+	Name   string   // qualified: jwt:ISSUER#NAME (airlock.JWTPrincipal)
+	Role   string   //
+	Groups []string // the values of the roles claim, for approval.approvers' group:NAME
+}
 
 // ErrRefused wraps every reason a token is refused; the message names the
 // reason (the 401's error_description).
@@ -292,5 +296,5 @@ func mapClaims(spec *manifest.IssuerSpec, all map[string]any) (Principal, error)
 	if role == "" {
 		return Principal{}, refused("no role: the %s claim has %q and auth.issuers maps none of them", spec.RolesClaimOr(), values)
 	}
-	return Principal{Name: name, Role: role}, nil
+	return Principal{Name: airlock.JWTPrincipal(spec.Issuer, name), Role: role, Groups: values}, nil
 }

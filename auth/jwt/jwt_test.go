@@ -79,14 +79,14 @@ func TestVerify(t *testing.T) {
 		want    jwt.Principal
 		refusal string
 	}{
-		{"an agent by its scope", sign(claims(nil)), jwt.Principal{Name: "svc-batch", Role: airlock.RoleAgent}, ""},
-		{"the highest scope's role", sign(claims(func(c gojwt.MapClaims) { c["scope"] = "airlock.approve airlock.call" })), jwt.Principal{Name: "svc-batch", Role: airlock.RoleApprover}, ""},
-		{"an audience list", sign(claims(func(c gojwt.MapClaims) { c["aud"] = []string{"other", resource} })), jwt.Principal{Name: "svc-batch", Role: airlock.RoleAgent}, ""},
-		{"expired within the skew", sign(claims(func(c gojwt.MapClaims) { c["exp"] = now.Add(-30 * time.Second).Unix() })), jwt.Principal{Name: "svc-batch", Role: airlock.RoleAgent}, ""},
+		{"an agent by its scope", sign(claims(nil)), jwt.Principal{Name: airlock.JWTPrincipal(idp.Issuer(), "svc-batch"), Role: airlock.RoleAgent}, ""},
+		{"the highest scope's role", sign(claims(func(c gojwt.MapClaims) { c["scope"] = "airlock.approve airlock.call" })), jwt.Principal{Name: airlock.JWTPrincipal(idp.Issuer(), "svc-batch"), Role: airlock.RoleApprover}, ""},
+		{"an audience list", sign(claims(func(c gojwt.MapClaims) { c["aud"] = []string{"other", resource} })), jwt.Principal{Name: airlock.JWTPrincipal(idp.Issuer(), "svc-batch"), Role: airlock.RoleAgent}, ""},
+		{"expired within the skew", sign(claims(func(c gojwt.MapClaims) { c["exp"] = now.Add(-30 * time.Second).Unix() })), jwt.Principal{Name: airlock.JWTPrincipal(idp.Issuer(), "svc-batch"), Role: airlock.RoleAgent}, ""},
 		{"a nested roles claim and another name", sign(claims(func(c gojwt.MapClaims) {
 			c["iss"], c["azp"], c["realm_access"] = "https://keycloak.example.com/realms/acme", "ops-console", map[string]any{"roles": []string{"offline", "airlock-admin"}}
-		})), jwt.Principal{Name: "ops-console", Role: airlock.RoleAdmin}, ""},
-		{"an issuer's own audience and role", sign(claims(func(c gojwt.MapClaims) { c["iss"], c["aud"] = "https://ci.example.com", "airlock-ci" })), jwt.Principal{Name: "svc-batch", Role: airlock.RoleAgent}, ""},
+		})), jwt.Principal{Name: airlock.JWTPrincipal("https://keycloak.example.com/realms/acme", "ops-console"), Role: airlock.RoleAdmin}, ""},
+		{"an issuer's own audience and role", sign(claims(func(c gojwt.MapClaims) { c["iss"], c["aud"] = "https://ci.example.com", "airlock-ci" })), jwt.Principal{Name: airlock.JWTPrincipal("https://ci.example.com", "svc-batch"), Role: airlock.RoleAgent}, ""},
 
 		{"expired", sign(claims(func(c gojwt.MapClaims) { c["exp"] = now.Add(-5 * time.Minute).Unix() })), jwt.Principal{}, "the token expired at"},
 		{"no expiry", sign(claims(func(c gojwt.MapClaims) { delete(c, "exp") })), jwt.Principal{}, "no expiry"},
@@ -113,7 +113,7 @@ func TestVerify(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
+			if err != nil || got.Name != tc.want.Name || got.Role != tc.want.Role {
 				t.Fatalf("got %+v %v, want %+v", got, err, tc.want)
 			}
 		})

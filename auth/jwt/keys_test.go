@@ -89,7 +89,7 @@ func TestUnknownKeyIDsRefetchAtMostOncePerInterval(t *testing.T) {
 		t.Fatalf("k2 within the interval: %v, want refused (not fetched yet)", err)
 	}
 	now.Add(int64(jwt.RefetchEvery))
-	if p, err := v.Verify(ctx, sign(second, "k2")); err != nil || p.Name != "svc" {
+	if p, err := v.Verify(ctx, sign(second, "k2")); err != nil || p.Name != airlock.JWTPrincipal("https://issuer.example.com", "svc") {
 		t.Fatalf("k2 after the interval: %+v %v", p, err)
 	}
 	if n := fetches.Load(); n != 2 {

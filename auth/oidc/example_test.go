@@ -19,6 +19,6 @@ func ExampleMapClaims() {
 	_, err = oidc.MapClaims(spec, "https://sso.acme.example/realms/acme", "0b1c", map[string]any{"email": "bob@acme.example", "groups": []any{"staff"}})
 	fmt.Println(err)
 	// Output:
-	// ana@acme.example approver <nil>
+	// oidc:ana@acme.example approver <nil>
 	// oidc: refused: bob@acme.example is in no group that may use airlock (the groups claim has ["staff"]; the manifest's auth.oidc.roles lists which do)
 }

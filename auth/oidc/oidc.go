@@ -45,6 +45,9 @@ type Identity struct {
 	Subject string // issuer and subject: unique for the person
 	Name    string // what the audit log records (NameClaim)
 	Role    string // airlock.RoleApprover or airlock.RoleAdmin
+	// Groups are the values of the roles claim, for approval.approvers'
+	// group:NAME entries.
+	Groups []string
 }
 
 // ErrRefused is a person the provider knows but airlock does not let in
@@ -174,7 +177,7 @@ func MapClaims(spec *manifest.OIDCSpec, issuer, subject string, claims map[strin
 	if err := airlock.CheckText(nameClaim, name); err != nil {
 		return Identity{}, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	id.Name = name
+	id.Name = airlock.OIDCPrincipal(name)
 	var values []string
 	switch v := claims[spec.RolesClaimOr()].(type) {
 	case string:
@@ -192,6 +195,7 @@ func MapClaims(spec *manifest.OIDCSpec, issuer, subject string, claims map[strin
 			id.Role = r
 		}
 	}
+	id.Groups = values
 	if id.Role == "" {
 		return Identity{}, fmt.Errorf("%w: %s is in no group that may use airlock (the %s claim has %q; the manifest's auth.oidc.roles lists which do)",
 			ErrRefused, name, spec.RolesClaimOr(), values)

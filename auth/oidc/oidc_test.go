@@ -21,13 +21,13 @@ func TestMapClaims(t *testing.T) {
 		wantRole   string
 		wantRefuse string
 	}{
-		{"approver by email", spec, map[string]any{"email": "ana@x", "email_verified": true, "groups": []any{"staff", "approvers"}}, "ana@x", airlock.RoleApprover, ""},
-		{"the highest role wins", spec, map[string]any{"email": "ana@x", "groups": []any{"admins", "approvers"}}, "ana@x", airlock.RoleAdmin, ""},
-		{"a single string claim", spec, map[string]any{"email": "ana@x", "groups": "approvers"}, "ana@x", airlock.RoleApprover, ""},
-		{"no email: the username", spec, map[string]any{"preferred_username": "ana", "groups": []any{"approvers"}}, "ana", airlock.RoleApprover, ""},
-		{"nothing: the subject", spec, map[string]any{"groups": []any{"approvers"}}, "sub-1", airlock.RoleApprover, ""},
+		{"approver by email", spec, map[string]any{"email": "ana@x", "email_verified": true, "groups": []any{"staff", "approvers"}}, "oidc:ana@x", airlock.RoleApprover, ""},
+		{"the highest role wins", spec, map[string]any{"email": "ana@x", "groups": []any{"admins", "approvers"}}, "oidc:ana@x", airlock.RoleAdmin, ""},
+		{"a single string claim", spec, map[string]any{"email": "ana@x", "groups": "approvers"}, "oidc:ana@x", airlock.RoleApprover, ""},
+		{"no email: the username", spec, map[string]any{"preferred_username": "ana", "groups": []any{"approvers"}}, "oidc:ana", airlock.RoleApprover, ""},
+		{"nothing: the subject", spec, map[string]any{"groups": []any{"approvers"}}, "oidc:sub-1", airlock.RoleApprover, ""},
 		{"another name claim", &manifest.OIDCSpec{NameClaim: "name", RolesClaim: "roles", Roles: spec.Roles},
-			map[string]any{"name": "Ana Lima", "email": "ana@x", "email_verified": false, "roles": []any{"admins"}}, "Ana Lima", airlock.RoleAdmin, ""},
+			map[string]any{"name": "Ana Lima", "email": "ana@x", "email_verified": false, "roles": []any{"admins"}}, "oidc:Ana Lima", airlock.RoleAdmin, ""},
 		{"no group", spec, map[string]any{"email": "bob@x", "groups": []any{"staff"}}, "", "", "bob@x is in no group that may use airlock"},
 		{"no groups claim", spec, map[string]any{"email": "bob@x"}, "", "", "in no group"},
 		{"unverified email", spec, map[string]any{"email": "ana@x", "email_verified": false, "groups": []any{"approvers"}}, "", "", "has not verified the email ana@x"},

@@ -99,8 +99,8 @@ func TestE2EOIDCSignInInABrowser(t *testing.T) {
 			}
 		}
 		if p["status"] == "committed" && decidedBy != "" {
-			if p["decided_by"] != "ana@acme.example" || decidedBy != "ana@acme.example" {
-				t.Fatalf("decided by %v, the audit trail says %q; want ana@acme.example", p["decided_by"], decidedBy)
+			if p["decided_by"] != "oidc:ana@acme.example" || decidedBy != "oidc:ana@acme.example" {
+				t.Fatalf("decided by %v, the audit trail says %q; want oidc:ana@acme.example", p["decided_by"], decidedBy)
 			}
 			break
 		}

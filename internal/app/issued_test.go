@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/upstream"
@@ -53,7 +56,7 @@ func issuedSetup(t *testing.T) (idp *mockoidc.MockOIDC, base string) {
 	return idp, base
 }
 
-func issuedApp(t *testing.T) (idp *mockoidc.MockOIDC, base string, a *app.App) {
+func issuedApp(t *testing.T, tokens ...string) (idp *mockoidc.MockOIDC, base string, a *app.App) {
 	t.Helper()
 	idp, err := mockoidc.NewServer(nil)
 	if err != nil {
@@ -73,14 +76,22 @@ func issuedApp(t *testing.T) (idp *mockoidc.MockOIDC, base string, a *app.App) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = idp.Shutdown() })
-	m, err := manifest.Parse([]byte(strings.NewReplacer("RESOURCE", base+"/mcp", "ISSUER", idp.Issuer()).Replace(issuedManifest)), "issued.yaml")
+	src := issuedManifest
+	if len(tokens) > 0 {
+		src += "  tokens:\n" + strings.Join(tokens, "")
+	}
+	m, err := manifest.Parse([]byte(strings.NewReplacer("RESOURCE", base+"/mcp", "ISSUER", idp.Issuer()).Replace(src)), "issued.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lookup := upstream.Func(func(ctx context.Context, req *upstream.Request) airlock.Outcome {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"found":true}`)}
 	})
-	a, err = app.New(context.Background(), &app.Config{Manifest: m, Funcs: map[string]upstream.Caller{"lookup": lookup, "note": lookup},
+	toks, err := gateway.TokensFromManifest(m.Auth.Tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = app.New(context.Background(), &app.Config{Manifest: m, Funcs: map[string]upstream.Caller{"lookup": lookup, "note": lookup}, Tokens: toks,
 		DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true})
 	if err != nil {
 		t.Fatal(err)
@@ -134,8 +145,9 @@ func TestIssuedTokenNamesTheActorOverMCP(t *testing.T) {
 			actors = append(actors, e.Actor)
 		}
 	}
-	if len(actors) != 2 || actors[0] != "svc-7" || actors[1] != "svc-7" {
-		t.Fatalf("the call's claimed and completed events name %q; want svc-7", actors)
+	want := airlock.JWTPrincipal(idp.Issuer(), "svc-7")
+	if len(actors) != 2 || actors[0] != want || actors[1] != want {
+		t.Fatalf("the call's claimed and completed events name %q; want %s", actors, want)
 	}
 }
 
@@ -252,4 +264,50 @@ func TestIssuedTokensRefusedWithAReason(t *testing.T) {
 			t.Errorf("%s: %d %q %s", tc.name, st, challenge, body)
 		}
 	}
+}
+
+// TestJWTSubjectIsNotAStaticToken: a JWT whose subject is a static token's
+// name is another principal: it cannot use the MCP session the static
+// token opened, and it is audited under its qualified name.
+func TestJWTSubjectIsNotAStaticToken(t *testing.T) {
+	t.Parallel()
+	idp, base, _ := issuedApp(t, "    - {name: agent-1, role: agent, sha256: \""+hexSHA256("static-secret")+"\"}\n")
+	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "agent-1", "aud": base + "/mcp", "exp": time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(bearerToken, session, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+bearerToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	init := post("static-secret", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	session := init.Header.Get("Mcp-Session-Id")
+	if init.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize with the static token: %d, session %q", init.StatusCode, session)
+	}
+	if resp := post(tok, session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("the JWT with sub=agent-1 on the static agent-1's session: %d, want 403", resp.StatusCode)
+	}
+	if resp := post("static-secret", session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the static token on its own session: %d", resp.StatusCode)
+	}
+}
+
+func hexSHA256(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

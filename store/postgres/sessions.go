@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 // CreateSession implements airlock.SessionStore.
@@ -12,17 +13,18 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 	if err := ps.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, ps.CreatedAt, ps.ExpiresAt)
+	_, err := s.pool.Exec(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at, groups)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, ps.CreatedAt, ps.ExpiresAt, rules.GroupsJSON(ps.Groups))
 	return err
 }
 
 // GetSession implements airlock.SessionStore.
 func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airlock.PageSession, error) {
 	var ps airlock.PageSession
-	err := s.pool.QueryRow(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at
+	var groups string
+	err := s.pool.QueryRow(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at, groups
 		FROM airlock_sessions WHERE id = $1 AND expires_at > $2`, id, now).
-		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &ps.CreatedAt, &ps.ExpiresAt)
+		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &ps.CreatedAt, &ps.ExpiresAt, &groups)
 	if isNoRows(err) {
 		return nil, airlock.ErrNotFound
 	}
@@ -30,6 +32,7 @@ func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airl
 		return nil, err
 	}
 	ps.CreatedAt, ps.ExpiresAt = ps.CreatedAt.UTC(), ps.ExpiresAt.UTC()
+	ps.Groups = rules.ParseGroups(groups)
 	return &ps, nil
 }
 

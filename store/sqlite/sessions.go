@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/rules"
 )
 
 // CreateSession implements airlock.SessionStore.
@@ -14,8 +15,9 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 		return err
 	}
 	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, micros(ps.CreatedAt), micros(ps.ExpiresAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at, groups)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, micros(ps.CreatedAt), micros(ps.ExpiresAt),
+			rules.GroupsJSON(ps.Groups))
 		return err
 	})
 }
@@ -24,9 +26,10 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airlock.PageSession, error) {
 	var ps airlock.PageSession
 	var created, expires int64
-	err := s.read.QueryRowContext(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at
+	var groups string
+	err := s.read.QueryRowContext(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at, groups
 		FROM airlock_sessions WHERE id = ? AND expires_at > ?`, id, micros(now)).
-		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &created, &expires)
+		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &created, &expires, &groups)
 	if err == sql.ErrNoRows {
 		return nil, airlock.ErrNotFound
 	}
@@ -34,6 +37,7 @@ func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airl
 		return nil, err
 	}
 	ps.CreatedAt, ps.ExpiresAt = fromMicros(created), fromMicros(expires)
+	ps.Groups = rules.ParseGroups(groups)
 	return &ps, nil
 }
 

@@ -444,7 +444,7 @@ func RunOutbox(t *testing.T, newStore NewStoreWithOutbox) {
 	})
 }
 
-// RunTwoApproversAtOnce: two approvals of a plan that needs two, arriving
+// RunTwoApproversAtOnce checks that two approvals of a plan that needs two, arriving
 // at once (as from two replicas: two transactions), approve it once and
 // enqueue its commit once, every time.
 func RunTwoApproversAtOnce(t *testing.T, newStore NewStoreWithOutbox) {

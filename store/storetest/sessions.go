@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -22,12 +23,12 @@ func RunSessions(t *testing.T, newStore NewStore) {
 	t.Run("CreateGetDelete", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		ps := &airlock.PageSession{ID: sessionID("a"), Name: "ana@example.com", Role: airlock.RoleApprover, Subject: "https://idp|123",
-			CSRF: "c1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		ps := &airlock.PageSession{ID: sessionID("a"), Name: "oidc:ana@example.com", Role: airlock.RoleApprover, Subject: "https://idp|123",
+			Groups: []string{"payments", "finance"}, CSRF: "c1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
 		must(t, s.CreateSession(ctx, ps))
 		got, err := s.GetSession(ctx, ps.ID, now)
 		must(t, err)
-		if *got != *ps {
+		if !reflect.DeepEqual(got, ps) {
 			t.Fatalf("got %+v, want %+v", got, ps)
 		}
 		must(t, s.SetSessionFlash(ctx, &airlock.SetSessionFlashParams{ID: ps.ID, Flash: "Approved."}))
