@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/airlockhq/airlock/internal/testdb"
 )
 
 // whoDecidesTools are two more irreversible tools on the payments service:
@@ -146,4 +150,141 @@ func TestE2EWhoDecides(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestE2EWhoDecidesInABrowser: two approvers approve one plan on the page,
+// which says "1 of 2" between them; the proposer of another plan sees no
+// Approve button and the reason; the queue names each plan's work.
+func TestE2EWhoDecidesInABrowser(t *testing.T) {
+	t.Parallel()
+	browser := findBrowser(t)
+	payments := startPayments(t)
+	srv := serve(t, e2eManifest(t, payments.url(), "", "", whoDecidesTools), "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	propose := func(token, tool, record string) string {
+		t.Helper()
+		status, body := apiCall(t, "POST", srv.url()+"/v1/calls", token, fmt.Sprintf(`{"tool":"plan_%s","args":{"record_id":%q}}`, tool, record))
+		if status != 200 {
+			t.Fatalf("propose %s: %d %v", record, status, body)
+		}
+		return body["plan"].(map[string]any)["id"].(string)
+	}
+	large := propose(agentToken, "approve_large", "LG-9")
+	own := propose(adminToken, "approve_withdrawal", "SOD-9")
+
+	b := openTab(t, browser)
+	signIn := func(token string) {
+		t.Helper()
+		b.do(chromedp.Navigate(srv.url()+"/ui/signin"), chromedp.WaitVisible(chromedp.ID("token")), chromedp.SendKeys(chromedp.ID("token"), token))
+		b.submit(chromedp.Click(chromedp.ID("signin")))
+	}
+	approve := func(id, reason string) {
+		t.Helper()
+		b.do(chromedp.Navigate(srv.url()+"/ui/plans/"+id), chromedp.WaitVisible(chromedp.ID("reason")), chromedp.SendKeys(chromedp.ID("reason"), reason))
+		b.submit(chromedp.Click(chromedp.ID("approve")))
+	}
+
+	signIn(approverToken)
+	if q := b.text("#queue"); !strings.Contains(q, "record_id: LG-9") || !strings.Contains(q, "0 of 2") || !strings.Contains(q, "record_id: SOD-9") {
+		t.Fatalf("the queue does not name the work: %s", q)
+	}
+	if total := b.text("#total"); total != "2" {
+		t.Fatalf("the queue counts %s, want 2", total)
+	}
+	approve(large, "alice checked the ledger")
+	if got := b.text("#approvals"); !strings.Contains(got, "1 of 2") || !strings.Contains(got, "alice") {
+		t.Fatalf("after alice: %q, want 1 of 2", got)
+	}
+	if st := b.text("#status"); st != "awaiting_approval" {
+		t.Fatalf("after one approval of two the plan is %s", st)
+	}
+
+	signIn(adminToken)
+	approve(large, "root checked the ledger")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, p := apiCall(t, "GET", srv.url()+"/v1/plans/"+large, adminToken, "")
+		if p["status"] == "committed" {
+			if len(p["approvals"].([]any)) != 2 || p["decided_by"] != "root" {
+				t.Fatalf("committed: %v", p)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not committed: %v", p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// root proposed SOD-9: the page offers root no Approve button, and says why.
+	b.do(chromedp.Navigate(srv.url()+"/ui/plans/"+own), chromedp.WaitVisible(chromedp.ID("reason")))
+	if why := b.text("#cannot-approve"); !strings.Contains(why, "separation of duties") {
+		t.Fatalf("the reason shown: %q", why)
+	}
+	if proposer := b.text("#proposed-by"); proposer != "root" {
+		t.Fatalf("proposed by %q on the page", proposer)
+	}
+	noButton, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById("approve") === null`))
+	if err != nil || !noButton {
+		t.Fatalf("the proposer is offered an Approve button (%v)", err)
+	}
+}
+
+// TestE2ETwoApprovalsOnTwoReplicas: the two approvals a plan needs arrive
+// at once, one at each of two replicas on one PostgreSQL database: the
+// plan is approved once and the payment made once, every time.
+func TestE2ETwoApprovalsOnTwoReplicas(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.Schema(t)
+	payments := startPayments(t)
+	config := e2eManifest(t, payments.url(), "", "", whoDecidesTools)
+	a := serve(t, config, dsn)
+	b := serve(t, config, dsn)
+	const plans = 8
+	ids := make([]string, plans)
+	for i := range ids {
+		status, body := apiCall(t, "POST", a.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"plan_approve_large","args":{"record_id":"RP-%d"}}`, i))
+		if status != 200 {
+			t.Fatalf("propose: %d %v", status, body)
+		}
+		ids[i] = body["plan"].(map[string]any)["id"].(string)
+	}
+	for i, id := range ids {
+		_, full := apiCall(t, "GET", a.url()+"/v1/plans/"+id, adminToken, "")
+		body := fmt.Sprintf(`{"reason":"checked","decision_hash":%q}`, full["decision_hash"])
+		statuses := make(chan int, 2)
+		for _, at := range []struct{ base, token string }{{a.url(), approverToken}, {b.url(), adminToken}} {
+			go func() {
+				status, _, err := tryAPICall("POST", at.base+"/v1/plans/"+id+"/approve", at.token, body)
+				if err != nil {
+					status = -1
+				}
+				statuses <- status
+			}()
+		}
+		if s1, s2 := <-statuses, <-statuses; s1 != 200 || s2 != 200 {
+			t.Fatalf("plan %d: the approvals answered %d and %d", i, s1, s2)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range ids {
+		for {
+			_, p := apiCall(t, "GET", b.url()+"/v1/plans/"+id, adminToken, "")
+			if p["status"] == "committed" {
+				if n := len(p["approvals"].([]any)); n != 2 {
+					t.Fatalf("plan %s committed with %d approvals", id, n)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("plan %s: %v", id, p)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	st := stats(t, payments)
+	for i := range plans {
+		if n := st.Approvals[fmt.Sprintf("RP-%d", i)]; n != 1 {
+			t.Fatalf("RP-%d paid %d times", i, n)
+		}
+	}
 }
