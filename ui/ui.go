@@ -152,7 +152,6 @@ func New(cfg Config) (*UI, error) {
 	}
 	funcs := template.FuncMap{
 		"json":  indent,
-		"facts": oneLine,
 		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
 		"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 		"join":  strings.Join,
@@ -184,20 +183,6 @@ func indent(b json.RawMessage) string {
 	}
 	out, _ := json.MarshalIndent(v, "", "  ")
 	return string(out)
-}
-
-func oneLine(b json.RawMessage) string {
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		return ""
-	}
-	var parts []string
-	for _, k := range []string{"amount_minor", "currency", "kyc_complete", "amount"} {
-		if v, ok := m[k]; ok {
-			parts = append(parts, fmt.Sprintf("%s: %v", k, v))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // bar is a small server-rendered SVG: a value against its limit.
@@ -550,14 +535,7 @@ func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
 	for _, wp := range waiting {
 		total += wp.Depth
 	}
-	rows := make([]queueRow, len(plans))
-	for i, p := range plans {
-		rows[i] = queueRow{Plan: p}
-		if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
-			rows[i].Work, rows[i].Facts = naturalKeyLine(tool, p.Args), factsRead(tool, p.Facts)
-		}
-	}
-	data := map[string]any{"Plans": rows, "Total": total}
+	data := map[string]any{"Plans": u.rows(plans), "Total": total}
 	if after != "" {
 		data["First"] = "/ui/"
 	}
@@ -565,6 +543,18 @@ func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
 		data["Next"] = "/ui/?" + url.Values{"after": {airlock.PlanCursor(plans[len(plans)-1])}}.Encode()
 	}
 	u.render(w, r, http.StatusOK, "queue", fmt.Sprintf("(%d) Queue", total), data, u.popFlash(r))
+}
+
+// rows are plans as the lists show them, each with what it is about.
+func (u *UI) rows(plans []*airlock.Plan) []queueRow {
+	rows := make([]queueRow, len(plans))
+	for i, p := range plans {
+		rows[i] = queueRow{Plan: p}
+		if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
+			rows[i].Work, rows[i].Facts = naturalKeyLine(tool, p.Args), factsRead(tool, p.Facts)
+		}
+	}
+	return rows
 }
 
 // naturalKeyLine is a plan's natural-key arguments, "record_id: WD-2".
@@ -696,7 +686,7 @@ func (u *UI) history(w http.ResponseWriter, r *http.Request) {
 	for _, st := range airlock.PlanStatuses[1:] {
 		statuses = append(statuses, string(st))
 	}
-	data := map[string]any{"Plans": plans, "Filter": filter, "Tools": u.cfg.Manifest.ToolNames(),
+	data := map[string]any{"Plans": u.rows(plans), "Filter": filter, "Tools": u.cfg.Manifest.ToolNames(),
 		"Statuses": append(statuses, string(airlock.PlanAwaitingApproval))}
 	if f.After != "" {
 		data["Prev"] = link("") // the newest page

@@ -2,6 +2,8 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -37,7 +39,11 @@ tools:
         - {name: people, when: "true", decide: human}
 `
 
-var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+var (
+	csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+	planLink  = regexp.MustCompile(`href="/ui/plans/(pl_[0-9a-f]+)"`)
+	nextLink  = regexp.MustCompile(`<a href="([^"]+)" id="next">`)
+)
 
 // The page without a browser: the sign-in form is bound to its cookie, an
 // approver's token signs in and an agent's does not, a form without the
@@ -148,6 +154,37 @@ func TestSignInFormsAndPlans(t *testing.T) {
 	code, body, _ := get(ana, "/ui/plans/"+p.ID)
 	if code != http.StatusOK || !strings.Contains(body, `id="status">withdrawn<`) {
 		t.Fatalf("the withdrawn plan's page: %d\n%s", code, body)
+	}
+	// The queue pages past any count, shows the true count and names each
+	// plan's work.
+	const waiting = 205
+	for i := range waiting {
+		args, _ := airlock.NewArgs([]byte(fmt.Sprintf(`{"record_id":"Q-%03d"}`, i)))
+		if _, _, err := plans.Propose(ctx, m.Tool("pay"), args, "run-q"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	next, pages := "/ui/", 0
+	for next != "" {
+		pages++
+		code, body, _ := get(ana, next)
+		if code != http.StatusOK || !strings.Contains(body, `<span id="total">205</span>`) {
+			t.Fatalf("queue page %d: %d, want the true count 205:\n%s", pages, code, body)
+		}
+		for _, id := range planLink.FindAllStringSubmatch(body, -1) {
+			seen[id[1]] = true
+		}
+		if !strings.Contains(body, "record_id: Q-") {
+			t.Fatalf("queue page %d does not name the work", pages)
+		}
+		next = ""
+		if n := nextLink.FindStringSubmatch(body); n != nil {
+			next = html.UnescapeString(n[1])
+		}
+	}
+	if len(seen) != waiting || pages != 3 {
+		t.Fatalf("%d plans over %d pages; want %d over 3", len(seen), pages, waiting)
 	}
 	if code, _ := post(ana, "/ui/signout", url.Values{}); code != http.StatusForbidden {
 		t.Errorf("a sign-out without the session's CSRF token: %d", code)
