@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,62 +37,262 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// helpOnly: the command runs only to print its usage (leafHelp).
+	helpOnly bool
+	// flagSets records the flag sets the command made, for completion.
+	flagSets *[]*flag.FlagSet
 }
 
 type command struct {
 	name    string
 	summary string
-	run     func(e *env, args []string) int
+	// args is what follows the name in the synopsis, for a command
+	// without subcommands ("--tool T --args JSON").
+	args string
+	// subs are the subcommands, for a command that is a group.
+	subs []subcommand
+	run  func(e *env, args []string) int
 }
+
+// subcommand is one of a group's subcommands: its positional arguments
+// and what it does; the group's run receives its name first.
+type subcommand struct{ name, args, summary string }
 
 func commands() []command {
 	return []command{
-		{"serve", "serve MCP (/mcp) and the HTTP API; no flags: the bundled example on embedded SQLite", cmdServe},
-		{"mcp", "serve the tools over stdio for desktop agents", cmdMCP},
-		{"migrate", "apply the database migrations (--db DSN)", cmdMigrate},
-		{"key", "print the key of a call and every part that went into it", cmdKey},
-		{"init", "init --from-mcp --command … | --url …: write a manifest from an MCP server's tools", cmdInit},
-		{"tools", "tools check (the CI lint) | tools list --format md|json", cmdTools},
-		{"plans", "plans list|show|approve|reject, against --url (a server) or --db", cmdPlans},
-		{"records", "records show KEY | records settle KEY --happened=true|false --note …", cmdRecords},
-		{"audit", "audit verify|export|purge: check the hash chain (or an export), write the log as JSON lines, purge a prefix", cmdAudit},
-		{"report", "the figures that show the protection works (--since 24h, --format text|json)", cmdReport},
-		{"policy", "policy test: run the approval rules' test files", cmdPolicy},
-		{"demo", "replay the overnight withdrawals incident, without and with airlock", cmdDemo},
-		{"bench", "measure new calls, repeats and races against a plain baseline", cmdBench},
+		{name: "serve", summary: "serve MCP (/mcp) and the HTTP API; no flags: the bundled example on embedded SQLite", run: cmdServe},
+		{name: "mcp", summary: "serve the tools over stdio for desktop agents", run: cmdMCP},
+		{name: "migrate", summary: "apply the database migrations (--db DSN)", run: cmdMigrate},
+		{name: "key", summary: "print the key of a call and every part that went into it", args: "--tool T --args JSON [--at TIME]", run: cmdKey},
+		{name: "init", summary: "write a manifest from an MCP server's tools", args: "--from-mcp (--command … | --url …)", run: cmdInit},
+		{name: "tools", summary: "check the manifest (the CI lint) or list its tools", run: cmdTools, subs: []subcommand{
+			{"check", "", "every problem of the manifest, one line each (exit 1 when any)"},
+			{"list", "", "the page \"Things you cannot undo\" (--format md) or every tool (--format json)"},
+		}},
+		{name: "plans", summary: "list, show and decide plans, against --url (a server) or --db", run: cmdPlans, subs: []subcommand{
+			{"list", "", "plans, filtered by --status, --tool, --run"},
+			{"show", "ID", "one plan"},
+			{"approve", "ID", "approve a plan (--reason required)"},
+			{"reject", "ID", "reject a plan (--reason required)"},
+		}},
+		{name: "records", summary: "show or settle a record, against --url (a server) or --db", run: cmdRecords, subs: []subcommand{
+			{"show", "KEY", "one record"},
+			{"settle", "KEY", "settle an in-doubt record: --happened=true|false --note …"},
+		}},
+		{name: "audit", summary: "check, export and purge the audit log", run: cmdAudit, subs: []subcommand{
+			{"verify", "", "check the hash chain (of the database, or of an export with --file)"},
+			{"export", "", "write the log as JSON lines"},
+			{"purge", "", "delete a sealed prefix of the log (--before)"},
+		}},
+		{name: "report", summary: "the figures that show the protection works (--since 24h, --format text|json)", run: cmdReport},
+		{name: "policy", summary: "the approval rules' tests", run: cmdPolicy, subs: []subcommand{
+			{"test", "", "run the approval rules' test files"},
+		}},
+		{name: "demo", summary: "replay the overnight withdrawals incident, without and with airlock", run: cmdDemo},
+		{name: "bench", summary: "measure new calls, repeats and races against a plain baseline", run: cmdBench},
+		{name: "version", summary: "the version, commit, build date, Go version and schema version (of --db too)", run: cmdVersion},
+		{name: "completion", summary: "a shell completion script", args: "bash|zsh|fish", run: cmdCompletion},
 	}
 }
 
+func findCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func (c command) sub(name string) (subcommand, bool) {
+	for _, s := range c.subs {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return subcommand{}, false
+}
+
+func (c command) subNames() []string {
+	names := make([]string, len(c.subs))
+	for i, s := range c.subs {
+		names[i] = s.name
+	}
+	return names
+}
+
+// run dispatches as gh and kubectl do: -h, --help and help CMD [SUB] print
+// the usage of what they name on standard output and exit 0; an unknown
+// command, subcommand or flag prints the usage on standard error and exits
+// 2; a group without its subcommand does too.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 || isHelp(args[0]) {
 		usage(stdout)
 		return 0
 	}
-	for _, c := range commands() {
-		if c.name == args[0] {
-			return c.run(e, args[1:])
+	if args[0] == "help" {
+		return help(e, args[1:])
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		return cmdVersion(e, nil)
+	}
+	c, ok := findCommand(args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "airlock: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	rest := args[1:]
+	if len(c.subs) > 0 {
+		switch {
+		case len(rest) == 0:
+			fmt.Fprintf(stderr, "airlock %s: want a subcommand: %s\n\n", c.name, strings.Join(c.subNames(), ", "))
+			groupUsage(stderr, c)
+			return 2
+		case isHelp(rest[0]):
+			groupUsage(stdout, c)
+			return 0
+		}
+		if _, ok := c.sub(rest[0]); !ok {
+			fmt.Fprintf(stderr, "airlock %s: unknown subcommand %q: want %s\n\n", c.name, rest[0], strings.Join(c.subNames(), ", "))
+			groupUsage(stderr, c)
+			return 2
+		}
+		if wantsHelp(rest[1:]) {
+			return leafHelp(e, c, rest[0])
+		}
+		return c.run(e, rest)
+	}
+	if wantsHelp(rest) {
+		return leafHelp(e, c, "")
+	}
+	return c.run(e, rest)
+}
+
+func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
+
+// wantsHelp reports whether a command's arguments ask for its help (before
+// a "--", which ends the flags).
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if isHelp(a) {
+			return true
 		}
 	}
-	fmt.Fprintf(stderr, "airlock: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
+	return false
+}
+
+// help is "airlock help [CMD [SUB]]".
+func help(e *env, args []string) int {
+	if len(args) == 0 {
+		usage(e.stdout)
+		return 0
+	}
+	c, ok := findCommand(args[0])
+	if !ok {
+		fmt.Fprintf(e.stderr, "airlock help: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return 2
+	}
+	if len(c.subs) == 0 {
+		return leafHelp(e, c, "")
+	}
+	if len(args) == 1 {
+		groupUsage(e.stdout, c)
+		return 0
+	}
+	if _, ok := c.sub(args[1]); !ok {
+		fmt.Fprintf(e.stderr, "airlock help %s: unknown subcommand %q: want %s\n", c.name, args[1], strings.Join(c.subNames(), ", "))
+		return 2
+	}
+	return leafHelp(e, c, args[1])
+}
+
+// leafHelp prints a command's (or subcommand's) usage and flags on
+// standard output: the command is run with --help, which its flag set
+// answers before it does anything.
+func leafHelp(e *env, c command, sub string) int {
+	he := *e
+	he.stderr = e.stdout
+	he.helpOnly = true
+	args := []string{"--help"}
+	if sub != "" {
+		args = []string{sub, "--help"}
+	}
+	_ = c.run(&he, args)
+	return 0
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "airlock: exactly-once tool calls for AI agents.")
-	fmt.Fprintln(w, "\nUsage: airlock COMMAND [flags]\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage: airlock COMMAND [SUBCOMMAND] [flags]\n\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun airlock COMMAND -h for a command's flags.")
+	fmt.Fprintln(w, "\nRun airlock help COMMAND (or airlock COMMAND --help) for a command's usage and flags.")
 }
 
-// newFlags makes a flag set that reports errors to stderr and never exits.
+func groupUsage(w io.Writer, c command) {
+	fmt.Fprintf(w, "airlock %s: %s.\n\nUsage: airlock %s SUBCOMMAND [flags]\n\nSubcommands:\n", c.name, c.summary, c.name)
+	for _, s := range c.subs {
+		fmt.Fprintf(w, "  %-12s %s\n", strings.TrimSpace(s.name+" "+s.args), s.summary)
+	}
+	fmt.Fprintf(w, "\nRun airlock help %s SUBCOMMAND for its flags.\n", c.name)
+}
+
+// synopsis is the usage line of the command a flag set belongs to
+// ("airlock plans show").
+func synopsis(name string) (line, summary string) {
+	parts := strings.Fields(name)
+	c, ok := findCommand(parts[0])
+	if !ok {
+		return "airlock " + name + " [flags]", ""
+	}
+	if len(parts) > 1 {
+		if s, ok := c.sub(parts[1]); ok {
+			return strings.TrimSpace("airlock "+c.name+" "+s.name+" "+s.args) + " [flags]", s.summary
+		}
+	}
+	return strings.TrimSpace("airlock "+c.name+" "+c.args) + " [flags]", c.summary
+}
+
+// newFlags makes a flag set that reports errors to stderr and never exits;
+// its usage is the command's synopsis and its flags written --flag, as the
+// docs write them.
 func newFlags(e *env, name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("airlock "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	fs.Usage = func() { flagUsage(fs.Output(), fs, name) }
+	if e.flagSets != nil {
+		*e.flagSets = append(*e.flagSets, fs)
+	}
 	return fs
+}
+
+func flagUsage(w io.Writer, fs *flag.FlagSet, name string) {
+	line, summary := synopsis(name)
+	if summary != "" {
+		fmt.Fprintf(w, "%s.\n\n", strings.ToUpper(summary[:1])+summary[1:])
+	}
+	fmt.Fprintf(w, "Usage: %s\n\nFlags:\n", line)
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, text := flag.UnquoteUsage(f)
+		head := "  --" + f.Name
+		if kind != "" {
+			head += " " + kind
+		}
+		fmt.Fprintf(w, "%s\n      %s", head, text)
+		// A default read from the environment may be a secret: never shown.
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.Name != "token" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+	fmt.Fprintln(w, "  -h, --help\n      this help")
 }
 
 // parse parses flags; ok false means exit with code.

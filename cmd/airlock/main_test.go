@@ -526,7 +526,7 @@ func TestAuditArchiveAndPurge(t *testing.T) {
 			{"BadTime", []string{"audit", "export", "--db", dsn, "--since", "last tuesday"}, 2, `invalid value "last tuesday" for flag -since: want a time`},
 			{"SinceAfterUntil", []string{"audit", "export", "--db", dsn, "--since", "2026-11-03", "--until", "2026-11-02"}, 1, "--since (2026-11-03T00:00:00Z) must be before --until"},
 			{"MissingFile", []string{"audit", "verify", "--file", filepath.Join(dir, "none.jsonl")}, 1, "no such file"},
-			{"UnknownSub", []string{"audit", "wipe"}, 2, "want verify, export or purge"},
+			{"UnknownSub", []string{"audit", "wipe"}, 2, "want verify, export, purge"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				r := runCLI(t, tc.args...)

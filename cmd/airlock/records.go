@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -12,18 +15,27 @@ import (
 // cmdRecords shows or settles a record, against a server (--url, --token)
 // or the database (--db).
 func cmdRecords(e *env, args []string) int {
-	if len(args) < 2 || (args[0] != "show" && args[0] != "settle") {
-		fmt.Fprintln(e.stderr, "airlock records: want show KEY or settle KEY --happened=true|false --note …")
-		return 2
-	}
-	sub, key := args[0], args[1]
+	sub := args[0]
 	fs := newFlags(e, "records "+sub)
 	db, url, token, by, config := planFlags(fs)
 	happened := fs.String("happened", "", "settle: true (it happened; give --result) or false (it did not; the key is freed)")
 	result := fs.String("result", "", "settle: the result, as JSON, when it happened")
 	note := fs.String("note", "", "settle: how you know (required)")
-	if code, ok := parse(fs, args[2:]); !ok {
-		return code
+	// The key before or after the flags.
+	rest := args[1:]
+	key := ""
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		key, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return map[bool]int{true: 0, false: 2}[errors.Is(err, flag.ErrHelp)]
+	}
+	if key == "" && fs.NArg() > 0 {
+		key = fs.Arg(0)
+	}
+	if key == "" || fs.NArg() > 1 || (fs.NArg() == 1 && key != fs.Arg(0)) {
+		fs.Usage()
+		return 2
 	}
 	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
 	if err != nil {

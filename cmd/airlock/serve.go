@@ -31,8 +31,6 @@ func manifestDir(configPath string) string {
 	return filepath.Dir(configPath)
 }
 
-const version = "0.1.0-dev"
-
 func isLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -153,7 +151,7 @@ func cmdServe(e *env, args []string) int {
 	}
 	defer stopTracing(traces, log)
 	a, err := app.New(e.ctx, &app.Config{
-		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, Tokens: tokens, Logger: log, Version: version,
+		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, Tokens: tokens, Logger: log, Version: readBuildInfo().Version,
 		Lease: *lease, CommitRescueAfter: *rescueAfter, ExpireEvery: *expireEvery, Tracer: traces.Tracer(),
 	})
 	if err != nil {
@@ -247,7 +245,7 @@ func cmdMCP(e *env, args []string) int {
 	}
 	defer stopTracing(traces, log)
 	a, err := app.New(e.ctx, &app.Config{
-		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, DefaultRunID: *run, Logger: log, Version: version, Lease: *lease,
+		Manifest: m, ManifestDir: manifestDir(*config), DSN: *db, Migrate: true, DefaultRunID: *run, Logger: log, Version: readBuildInfo().Version, Lease: *lease,
 		ExpireEvery: *expireEvery, Tracer: traces.Tracer(),
 	})
 	if err != nil {
@@ -266,7 +264,7 @@ func cmdMCP(e *env, args []string) int {
 // startTracing sets OpenTelemetry tracing up as the OTEL_* environment
 // variables say (off unless they ask; docs/operations.md, "Traces").
 func startTracing(e *env, log *slog.Logger) (*tracing.Setup, error) {
-	t, err := tracing.FromEnv(e.ctx, version)
+	t, err := tracing.FromEnv(e.ctx, readBuildInfo().Version)
 	if err != nil {
 		return nil, err
 	}

@@ -329,3 +329,27 @@ func (s *Store) Vacuum(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `VACUUM (ANALYZE) `+strings.Join(airlockTables, ", "))
 	return err
 }
+
+// LatestSchema is the schema version this build's migrations reach.
+func LatestSchema() int {
+	ms, err := loadMigrations()
+	if err != nil {
+		return 0
+	}
+	return migrations.Latest(ms)
+}
+
+// SchemaVersion is the database's schema version: the last migration
+// applied, 0 for a database never migrated.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('airlock_schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, err
+	}
+	if !exists {
+		return 0, nil
+	}
+	var have int
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have)
+	return have, err
+}

@@ -352,3 +352,27 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// LatestSchema is the schema version this build's migrations reach.
+func LatestSchema() int {
+	ms, err := migrations.Load(mustSub(migrationFiles, "migrations"))
+	if err != nil {
+		return 0
+	}
+	return migrations.Latest(ms)
+}
+
+// SchemaVersion is the database's schema version: the last migration
+// applied, 0 for a database never migrated.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var tables int
+	if err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'airlock_schema_migrations'`).Scan(&tables); err != nil {
+		return 0, err
+	}
+	if tables == 0 {
+		return 0, nil
+	}
+	var have int
+	err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have)
+	return have, err
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestHelpOfEveryCommand walks the command tree: every command and
+// subcommand answers help CMD [SUB], -h and --help with its own usage on
+// standard output and exit 0, writes its flags --flag, and an unknown flag
+// exits 2 with the usage.
+func TestHelpOfEveryCommand(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands() {
+		paths := [][]string{{c.name}}
+		for _, s := range c.subs {
+			paths = append(paths, []string{c.name, s.name})
+		}
+		for _, path := range paths {
+			want := "Usage: airlock " + strings.Join(path, " ")
+			if len(c.subs) > 0 && len(path) == 1 {
+				want = "Usage: airlock " + c.name + " SUBCOMMAND"
+			}
+			for _, args := range [][]string{
+				append([]string{"help"}, path...),
+				append(append([]string(nil), path...), "-h"),
+				append(append([]string(nil), path...), "--help"),
+			} {
+				r := runCLI(t, args...)
+				if r.code != 0 || !strings.Contains(r.stdout, want) {
+					t.Errorf("airlock %s: exit %d, stdout lacks %q:\n%s%s", strings.Join(args, " "), r.code, want, r.stdout, r.stderr)
+					continue
+				}
+				for _, line := range strings.Split(r.stdout, "\n") {
+					if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") && !strings.HasPrefix(line, "  -h, --help") {
+						t.Errorf("airlock %s: a flag written with one dash: %q", strings.Join(args, " "), line)
+					}
+				}
+			}
+			if len(c.subs) > 0 && len(path) == 1 {
+				continue
+			}
+			r := runCLI(t, append(append([]string(nil), path...), "--no-such-flag")...)
+			if r.code != 2 || !strings.Contains(r.stderr, "no-such-flag") || !strings.Contains(r.stderr, want) {
+				t.Errorf("airlock %s --no-such-flag: exit %d, want 2 with the usage:\n%s", strings.Join(path, " "), r.code, r.stderr)
+			}
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		code int
+		in   string
+	}{
+		{[]string{"no-such-command"}, 2, `unknown command "no-such-command"`},
+		{[]string{"tools"}, 2, "want a subcommand: check, list"},
+		{[]string{"plans", "frobnicate"}, 2, `unknown subcommand "frobnicate"`},
+		{[]string{"help", "no-such-command"}, 2, "unknown command"},
+		{[]string{"help", "plans", "frobnicate"}, 2, "unknown subcommand"},
+		{[]string{"records", "show"}, 2, "Usage: airlock records show KEY"},
+		{[]string{"completion", "tcsh"}, 2, "want bash, zsh or fish"},
+		{[]string{"version", "--format", "xml"}, 2, "want text or json"},
+	} {
+		r := runCLI(t, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.in) {
+			t.Errorf("airlock %s: exit %d, stderr %q; want %d containing %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.code, tc.in)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := runCLI(t, args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "airlock ") || !strings.Contains(r.stdout, "schema:   14 (sqlite), 14 (postgres)") || !strings.Contains(r.stdout, "go:") {
+			t.Fatalf("airlock %s: exit %d\n%s%s", args[0], r.code, r.stdout, r.stderr)
+		}
+	}
+	// With --db: the database's own schema version; a missing file is an
+	// error, not a new database.
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "a.db")
+	if r := runCLI(t, "migrate", "--db", db); r.code != 0 {
+		t.Fatalf("migrate: %s", r.stderr)
+	}
+	if r := runCLI(t, "version", "--db", db, "--format", "json"); r.code != 0 || !strings.Contains(r.stdout, `"database_schema": 14`) {
+		t.Fatalf("version --db: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	missing := filepath.Join(dir, "none.db")
+	if r := runCLI(t, "version", "--db", "sqlite:"+missing); r.code != 1 {
+		t.Fatalf("version --db of a missing file: exit %d", r.code)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Fatal("version --db created the database it was asked about")
+	}
+}
+
+// TestCompletion: each shell's script names the commands, the subcommands
+// and the flags; bash (and zsh, where installed) parse it.
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		r := runCLI(t, "completion", shell)
+		if r.code != 0 || !strings.Contains(r.stdout, "plans") || !strings.Contains(r.stdout, "approve") || !strings.Contains(r.stdout, "reason") {
+			t.Fatalf("completion %s: exit %d\n%s", shell, r.code, r.stderr)
+		}
+		sh, err := exec.LookPath(shell)
+		if err != nil || shell == "fish" {
+			continue // fish is not checked: -n would need a fish here
+		}
+		path := filepath.Join(t.TempDir(), "completion."+shell)
+		if err := os.WriteFile(path, []byte(r.stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(sh, "-n", path).CombinedOutput(); err != nil {
+			t.Fatalf("%s -n: %v\n%s", shell, err, out)
+		}
+	}
+	// In bash, completing "airlock plans " offers the subcommands.
+	if _, err := exec.LookPath("bash"); err != nil {
+		return
+	}
+	script := runCLI(t, "completion", "bash").stdout + `
+COMP_WORDS=(airlock plans ""); COMP_CWORD=2; _airlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(airlock plans approve --rea); COMP_CWORD=3; _airlock; echo "${COMPREPLY[*]}"
+`
+	out, err := exec.Command("bash", "-c", script).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "list show approve reject") || !strings.Contains(string(out), "--reason") {
+		t.Fatalf("bash completion: %v\n%s", err, out)
+	}
+}
