@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestHelpOfEveryCommand walks the command tree: every command and
@@ -133,5 +139,60 @@ COMP_WORDS=(airlock plans approve --rea); COMP_CWORD=3; _airlock; echo "${COMPRE
 	out, err := exec.Command("bash", "-c", script).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "list show approve reject") || !strings.Contains(string(out), "--reason") {
 		t.Fatalf("bash completion: %v\n%s", err, out)
+	}
+}
+
+// lockedBuffer is a buffer a running command writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServeSaysTheExamplePortIsTaken: with the bundled example and its
+// payments port taken, serve says so instead of silently calling whatever
+// listens there. Not parallel: it holds the example's port, which parallel
+// tests that serve the example would otherwise want.
+func TestServeSaysTheExamplePortIsTaken(t *testing.T) {
+	m, err := loadManifest("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(m.Upstreams["payments"].HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln, err := net.Listen("tcp", u.Host); err == nil {
+		defer ln.Close()
+	} // else something already holds it: taken either way
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut lockedBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(t.TempDir(), "a.db")}, strings.NewReader(""), &out, &errOut)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "listening on") {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s%s", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if !strings.Contains(out.String(), "example payments service not started: "+m.Upstreams["payments"].HTTP+" is taken") {
+		t.Fatalf("serve did not say the port is taken:\n%s", out.String())
 	}
 }

@@ -142,6 +142,11 @@ func cmdServe(e *env, args []string) int {
 		if stop != nil {
 			defer stop()
 			fmt.Fprintf(e.stdout, "example payments service on %s\n", m.Upstreams["payments"].HTTP)
+		} else {
+			// Something else listens on the example's port: say so, since
+			// the example's tools will now reach whatever that is.
+			fmt.Fprintf(e.stdout, "example payments service not started: %s is taken (the example's tools call whatever listens there; --example-payments=on to insist, off to silence this)\n",
+				m.Upstreams["payments"].HTTP)
 		}
 	}
 
