@@ -84,6 +84,7 @@ func commands() []command {
 			{"export", "", "write the log as JSON lines"},
 			{"purge", "", "delete a sealed prefix of the log (--before)"},
 		}},
+		{name: "backup", summary: "copy an embedded (SQLite) database while it serves", args: "--db sqlite:PATH --out FILE", run: cmdBackup},
 		{name: "report", summary: "the figures that show the protection works (--since 24h, --format text|json)", run: cmdReport},
 		{name: "policy", summary: "the approval rules' tests", run: cmdPolicy, subs: []subcommand{
 			{"test", "", "run the approval rules' test files"},

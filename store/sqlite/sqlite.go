@@ -376,3 +376,17 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have)
 	return have, err
 }
+
+// Backup writes a consistent copy of the database to path (which must not
+// exist) while it serves: SQLite's VACUUM INTO reads one snapshot, so the
+// copy holds every transaction committed before it began and none after,
+// whatever the writer does meanwhile.
+func (s *Store) Backup(ctx context.Context, path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("sqlite: backup: %s exists; name a new file", path)
+	}
+	if _, err := s.read.ExecContext(ctx, `VACUUM INTO ?`, path); err != nil {
+		return fmt.Errorf("sqlite: backup to %s: %w", path, err)
+	}
+	return nil
+}
