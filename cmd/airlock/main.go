@@ -62,7 +62,7 @@ func commands() []command {
 	return []command{
 		{name: "serve", summary: "serve MCP (/mcp) and the HTTP API; no flags: the bundled example on embedded SQLite", run: cmdServe},
 		{name: "mcp", summary: "serve the tools over stdio for desktop agents", run: cmdMCP},
-		{name: "migrate", summary: "apply the database migrations (--db DSN)", run: cmdMigrate},
+		{name: "migrate", summary: "apply the database migrations (--db DSN; --status, --dry-run)", run: cmdMigrate},
 		{name: "key", summary: "print the key of a call and every part that went into it", args: "--tool T --args JSON [--at TIME]", run: cmdKey},
 		{name: "init", summary: "write a manifest from an MCP server's tools", args: "--from-mcp (--command … | --url …)", run: cmdInit},
 		{name: "tools", summary: "check the manifest (the CI lint) or list its tools", run: cmdTools, subs: []subcommand{
@@ -380,8 +380,13 @@ func fail(e *env, format string, args ...any) int {
 func cmdMigrate(e *env, args []string) int {
 	fs := newFlags(e, "migrate")
 	db := dbFlag(fs)
+	status := fs.Bool("status", false, "list the migrations, applied and pending, and change nothing")
+	dryRun := fs.Bool("dry-run", false, "print the SQL of the pending migrations, and change nothing")
 	if code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if *status || *dryRun {
+		return migrateReport(e, *db, *dryRun)
 	}
 	m, err := withdrawals.Manifest() // migrating needs no tools; any manifest will do
 	if err != nil {

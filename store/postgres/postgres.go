@@ -353,3 +353,6 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have)
 	return have, err
 }
+
+// Migrations are this build's migrations, in order.
+func Migrations() ([]migrations.Migration, error) { return loadMigrations() }

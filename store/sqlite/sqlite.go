@@ -390,3 +390,8 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 	}
 	return nil
 }
+
+// Migrations are this build's migrations, in order.
+func Migrations() ([]migrations.Migration, error) {
+	return migrations.Load(mustSub(migrationFiles, "migrations"))
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite" // the fixture is written with the driver the store uses
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/store/sqlite"
+)
+
+// previousSchema is the schema of the release before who-decides (0014):
+// the fixture database is made with the first 13 migrations, as that
+// release made it, and holds a plan it wrote.
+const previousSchema = 13
+
+func schemaFixture(t *testing.T, path string, upTo int) {
+	t.Helper()
+	ms, err := sqlite.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`CREATE TABLE airlock_schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`)
+	for _, m := range ms[:min(upTo, len(ms))] {
+		exec(m.SQL)
+		exec(`INSERT INTO airlock_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`, m.Version, m.Name, time.Now().UnixMicro())
+	}
+	for v := len(ms) + 1; v <= upTo; v++ { // a schema from the future
+		exec(`INSERT INTO airlock_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`, v, "future", time.Now().UnixMicro())
+	}
+	if upTo == previousSchema {
+		now := time.Now().UnixMicro()
+		exec(`INSERT INTO airlock_plans (id, key, tool, status, rule, decision, args, decision_hash, run_id, created_at, updated_at, expires_at)
+			VALUES ('pl_old', 'k-old', 'approve_withdrawal', 'awaiting_approval', 'everything_else', 'human', '{"record_id":"WD-OLD"}', 'h-old', 'run-old', ?, ?, ?)`,
+			now, now, now+int64(time.Hour/time.Microsecond))
+	}
+}
+
+// TestUpgradeFromThePreviousSchema: migrate --status and --dry-run show
+// what the new binary would change and change nothing; migrating keeps
+// what the previous release wrote, and its plan is decided by the new
+// rules; a database newer than the binary is refused naming both versions.
+func TestUpgradeFromThePreviousSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
+	schemaFixture(t, path, previousSchema)
+	dsn := "sqlite:" + path
+
+	r := runCLI(t, "migrate", "--status", "--db", dsn)
+	if r.code != 0 || !strings.Contains(r.stdout, "0013_tasks") || !regexpMatch(`0014_approvals\s+pending`, r.stdout) ||
+		!strings.Contains(r.stdout, fmt.Sprintf("schema version %d of 14", previousSchema)) {
+		t.Fatalf("migrate --status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "migrate", "--dry-run", "--db", dsn)
+	if r.code != 0 || !strings.Contains(r.stdout, "-- 0014_approvals") || !strings.Contains(r.stdout, "ADD COLUMN proposed_by") || strings.Contains(r.stdout, "0013_tasks") {
+		t.Fatalf("migrate --dry-run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != previousSchema {
+		t.Fatalf("after --status and --dry-run the schema is %d (%v); want them to change nothing", v, err)
+	}
+	if r := runCLI(t, "migrate", "--db", dsn); r.code != 0 {
+		t.Fatalf("migrate: %s", r.stderr)
+	}
+	s, err := sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.GetPlan(ctx, "pl_old")
+	if err != nil || p.ApprovalsRequiredOr() != 1 || len(p.Approvals) != 0 || p.ProposedBy != "" {
+		t.Fatalf("the previous release's plan after the upgrade: %+v %v", p, err)
+	}
+	got, err := s.DecidePlan(ctx, &airlock.PlanDecision{ID: p.ID, Approve: true, By: "alice", Role: airlock.RoleApprover, Reason: "checked",
+		DecisionHash: p.DecisionHash, Now: time.Now()})
+	if err != nil || got.Status != airlock.PlanApproved || len(got.Approvals) != 1 {
+		t.Fatalf("deciding it: %+v %v", got, err)
+	}
+
+	future := filepath.Join(t.TempDir(), "future.db")
+	schemaFixture(t, future, 15)
+	for _, args := range [][]string{{"migrate", "--db", "sqlite:" + future}, {"migrate", "--status", "--db", "sqlite:" + future}} {
+		r := runCLI(t, args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "schema version 15, newer than this airlock (14)") {
+			t.Fatalf("airlock %s on a newer schema: exit %d %s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+}
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
