@@ -29,7 +29,7 @@ done
 # The SBOM: every module the binary links, with versions and hashes.
 SBOM_TOOL=${SBOM_TOOL:-cyclonedx-gomod}
 if command -v "$SBOM_TOOL" >/dev/null; then
-  GOFLAGS=-mod=mod "$SBOM_TOOL" app -json -reproducible -main cmd/airlock -output "$OUT/airlock_${VERSION}.sbom.cdx.json" . >/dev/null
+  GOFLAGS=-mod=mod "$SBOM_TOOL" app -json -noserial -notimestamp -main cmd/airlock -output "$OUT/airlock_${VERSION}.sbom.cdx.json" . >/dev/null
   echo "wrote $OUT/airlock_${VERSION}.sbom.cdx.json"
 else
   echo "release: $SBOM_TOOL not found (go install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0)" >&2
