@@ -1,7 +1,7 @@
 # airlock developer tasks. `make test` is the README's test command.
 GO ?= go
 
-.PHONY: test test-race test-postgres lint bench fuzz
+.PHONY: test test-race test-postgres lint bench fuzz release
 
 test:
 	$(GO) test ./...
@@ -32,3 +32,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzVerify -fuzztime 30s ./auth/jwt/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest
 	$(GO) test -run '^$$' -fuzz FuzzParseEdge -fuzztime 30s ./gateway
+
+# Release artifacts: make release VERSION=v0.3.0 (scripts/release.sh; needs
+# cyclonedx-gomod for the SBOM).
+release:
+	@test -n "$(VERSION)" || (echo "make release VERSION=v0.x.y"; exit 2)
+	bash scripts/release.sh $(VERSION)
+
