@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	composeloader "github.com/compose-spec/compose-go/v2/loader"
+	composetypes "github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockhq/airlock/manifest"
@@ -110,5 +113,57 @@ func TestKubernetesBase(t *testing.T) {
 		if _, ok := env[tok.Env]; tok.Env != "" && !ok {
 			t.Fatalf("token %s reads %s, which the Deployment does not set", tok.Name, tok.Env)
 		}
+	}
+}
+
+// TestComposeFile: deploy/compose.yaml loads as the compose specification
+// defines it (compose-go, the library docker compose is built on): two
+// airlock replicas, non-root and read-only, on PostgreSQL waited for healthy,
+// Prometheus with the admin token as a secret; every file it mounts exists;
+// and without the variables it needs it refuses, naming them.
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	deploy, err := filepath.Abs("../../deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(env map[string]string) (*composetypes.Project, error) {
+		return composeloader.LoadWithContext(context.Background(), composetypes.ConfigDetails{
+			WorkingDir:  deploy,
+			ConfigFiles: []composetypes.ConfigFile{{Filename: filepath.Join(deploy, "compose.yaml")}},
+			Environment: env,
+		}, func(o *composeloader.Options) { o.SetProjectName("airlock", true) })
+	}
+	if _, err := load(map[string]string{}); err == nil || !strings.Contains(err.Error(), "AIRLOCK_PG_PASSWORD") {
+		t.Fatalf("without the variables: %v", err)
+	}
+	p, err := load(map[string]string{"AIRLOCK_PG_PASSWORD": "pw", "AIRLOCK_AGENT_TOKEN": "a", "AIRLOCK_APPROVER_TOKEN": "b", "AIRLOCK_ADMIN_TOKEN": "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"airlock-1", "airlock-2"} {
+		s, ok := p.Services[name]
+		if !ok {
+			t.Fatalf("no service %s", name)
+		}
+		if !s.ReadOnly || s.User != "65532:65532" || s.DependsOn["postgres"].Condition != "service_healthy" || s.Environment["AIRLOCK_DB"] == nil {
+			t.Fatalf("%s: read only %v, user %q, depends on %+v", name, s.ReadOnly, s.User, s.DependsOn)
+		}
+	}
+	if prom := p.Services["prometheus"]; len(prom.Secrets) != 1 || prom.Secrets[0].Source != "airlock_admin_token" {
+		t.Fatalf("prometheus secrets: %+v", prom.Secrets)
+	}
+	for _, s := range p.Services {
+		for _, v := range s.Volumes {
+			if v.Type == "bind" {
+				if _, err := os.Stat(v.Source); err != nil {
+					t.Errorf("service %s mounts %s, which is not in the repository", s.Name, v.Source)
+				}
+			}
+		}
+	}
+	prom, err := os.ReadFile(filepath.Join(deploy, "prometheus", "prometheus.yml"))
+	if err != nil || !strings.Contains(string(prom), "credentials_file: /run/secrets/airlock_admin_token") {
+		t.Fatalf("prometheus.yml does not read the token from the compose secret: %v", err)
 	}
 }
