@@ -4,15 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	_ "modernc.org/sqlite" // the fixture is written with the driver the store uses
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/internal/testdb"
 	"github.com/airlockhq/airlock/store/sqlite"
 )
 
@@ -106,3 +110,90 @@ func TestUpgradeFromThePreviousSchema(t *testing.T) {
 }
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+// previousRelease is the commit whose binary plays the release before this
+// one in TestRollingUpgrade: the last commit at schema 13. Bump it (to the
+// last release's tag) when a release is cut.
+const previousRelease = "213172bad88c3ef47e616d0207a9fc9eb3ec111c"
+
+// buildPrevious builds airlock as the previous release: that commit's tree,
+// from the repository's history (git archive), with the module cache.
+func buildPrevious(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("not in a git clone: %v", err)
+	}
+	if err := exec.Command("git", "cat-file", "-e", previousRelease+"^{commit}").Run(); err != nil {
+		if os.Getenv("AIRLOCK_TEST_REQUIRE_POSTGRES") == "1" {
+			t.Fatalf("commit %s is not in this clone's history (a shallow clone?)", previousRelease)
+		}
+		t.Skipf("commit %s is not in this clone's history", previousRelease)
+	}
+	dir := t.TempDir()
+	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %q archive %s | tar -x -C %q", strings.TrimSpace(string(root)), previousRelease, dir))
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("git archive: %v\n%s", err, out)
+	}
+	out := filepath.Join(dir, "airlock-previous")
+	build := exec.Command("go", "build", "-o", out, "./cmd/airlock")
+	build.Dir = dir
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the previous release: %v\n%s", err, b)
+	}
+	return out
+}
+
+// TestRollingUpgrade: the previous release serves a PostgreSQL database;
+// the new binary starts beside it and migrates the schema while it
+// serves; both take calls for the same work at once, and each piece of
+// work runs once; the previous release, restarted, refuses the newer
+// schema.
+func TestRollingUpgrade(t *testing.T) {
+	t.Parallel()
+	previous := buildPrevious(t)
+	dsn := testdb.Schema(t)
+	payments := startPayments(t)
+	config := e2eManifest(t, payments.url(), "", "", "")
+	old := start(t, tokenEnv, previous, "serve", "--config", config, "--db", dsn, "--listen", freeAddr(t))
+	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != previousSchema {
+		t.Fatalf("the previous release migrated to %d (%v), want %d", v, err, previousSchema)
+	}
+	upgraded := serve(t, config, dsn)
+	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != 14 {
+		t.Fatalf("the new binary migrated to %d (%v), want 14", v, err)
+	}
+	const works = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, works*4)
+	for i := range works {
+		for _, base := range []string{old.url(), upgraded.url(), old.url(), upgraded.url()} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				status, body, err := tryAPICall("POST", base+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"add_note","args":{"record_id":"RU-%d","text":"rolling"}}`, i))
+				if err == nil && status != 200 {
+					err = fmt.Errorf("%s: %d %v", base, status, body)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := stats(t, payments)
+	for i := range works {
+		if n := len(st.Notes[fmt.Sprintf("RU-%d", i)]); n != 1 {
+			t.Fatalf("RU-%d ran %d times across the two versions", i, n)
+		}
+	}
+	r, err := exec.Command(previous, "migrate", "--db", dsn).CombinedOutput()
+	if err == nil || !strings.Contains(string(r), "newer than this airlock") {
+		t.Fatalf("the previous release on the new schema: %v\n%s", err, r)
+	}
+}
