@@ -55,11 +55,10 @@ func pairedUpper(r rune) rune {
 		}
 		return r
 	}
-	u := unicode.ToUpper(r)
-	if u == r || unicode.ToLower(u) != r || unicode.ToTitle(r) != u || unicode.ToTitle(u) != u {
-		return r
+	if u := unicode.ToUpper(r); u != r && casePair(r, u) {
+		return u
 	}
-	return u
+	return r
 }
 
 func pairedLower(r rune) rune {
@@ -69,11 +68,17 @@ func pairedLower(r rune) rune {
 		}
 		return r
 	}
-	l := unicode.ToLower(r)
-	if l == r || unicode.ToUpper(l) != r || unicode.ToTitle(l) != r || unicode.ToTitle(r) != r {
-		return r
+	if l := unicode.ToLower(r); l != r && casePair(l, r) {
+		return l
 	}
-	return l
+	return r
+}
+
+// casePair reports whether lower and upper are one letter's two cases and
+// nothing else: each maps to the other, and the title case is the upper.
+func casePair(lower, upper rune) bool {
+	return unicode.ToUpper(lower) == upper && unicode.ToLower(upper) == lower &&
+		unicode.ToTitle(lower) == upper && unicode.ToTitle(upper) == upper
 }
 
 // dropIgnorable removes Unicode's default-ignorable code points (zero-width

@@ -252,6 +252,15 @@ type WaitingPlans struct {
 	Oldest time.Time // the oldest waiting plan's CreatedAt
 }
 
+// TotalWaiting is how many plans wait for a person, over every tool.
+func TotalWaiting(ws []WaitingPlans) int {
+	n := 0
+	for _, w := range ws {
+		n += w.Depth
+	}
+	return n
+}
+
 // PlanStore keeps plans. Drivers: store/sqlite and store/postgres. A
 // driver opened with a commit queue inserts the commit job of a plan that
 // becomes approved in the same transaction (a transactional outbox); the

@@ -155,11 +155,7 @@ func (g *Gateway) handlePlans(w http.ResponseWriter, r *http.Request) {
 		writeError(w, g.log, err)
 		return
 	}
-	total := 0
-	for _, wp := range waiting {
-		total += wp.Depth
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"plans": plans, "next_after": next, "waiting": total})
+	writeJSON(w, http.StatusOK, map[string]any{"plans": plans, "next_after": next, "waiting": airlock.TotalWaiting(waiting)})
 }
 
 // planFilter reads a plan list's query parameters; errors name the one

@@ -277,7 +277,7 @@ func (s *Service) decide(ctx context.Context, d airlock.PlanDecision) (*airlock.
 	// its time below.
 	d.Now = s.clock.Now().UTC().Truncate(time.Microsecond)
 	if d.Approve {
-		if err := s.factsStillHold(ctx, &d); err != nil {
+		if err := s.factsStillHold(ctx, cur, &d); err != nil {
 			return nil, err
 		}
 	}
@@ -297,11 +297,7 @@ func (s *Service) decide(ctx context.Context, d airlock.PlanDecision) (*airlock.
 // was raised). An approval that would be refused anyway (role, reason,
 // hash, status) is left to the store to refuse; a plan made without facts
 // (the lookup failed then) is approved as the person saw it.
-func (s *Service) factsStillHold(ctx context.Context, d *airlock.PlanDecision) error {
-	p, err := s.cfg.Store.GetPlan(ctx, d.ID)
-	if err != nil {
-		return nil // the store says what is wrong
-	}
+func (s *Service) factsStillHold(ctx context.Context, p *airlock.Plan, d *airlock.PlanDecision) error {
 	if next, problem := airlock.CheckDecision(p, d); problem != nil || next != airlock.PlanApproved {
 		return nil
 	}

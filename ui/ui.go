@@ -531,10 +531,7 @@ func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	total := 0
-	for _, wp := range waiting {
-		total += wp.Depth
-	}
+	total := airlock.TotalWaiting(waiting)
 	data := map[string]any{"Plans": u.rows(plans), "Total": total}
 	if after != "" {
 		data["First"] = "/ui/"

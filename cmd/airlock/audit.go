@@ -17,11 +17,7 @@ import (
 // cmdAudit verifies, exports or purges the audit log, on the database
 // directly (or, verify --file, an export).
 func cmdAudit(e *env, args []string) int {
-	if len(args) == 0 || (args[0] != "verify" && args[0] != "export" && args[0] != "purge") {
-		fmt.Fprintln(e.stderr, "airlock audit: want verify, export or purge")
-		return 2
-	}
-	sub := args[0]
+	sub := args[0] // run (main.go) has checked it
 	fs := newFlags(e, "audit "+sub)
 	db := dbFlag(fs)
 	var since, until, before whenFlag

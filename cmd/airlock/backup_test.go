@@ -55,7 +55,7 @@ func TestBackupUnderLoad(t *testing.T) {
 	// Load: four writers and a sealer, until the backup is taken.
 	var stop atomic.Bool
 	var ran atomic.Int64
-	var next atomic.Int64
+	var next, completed atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
@@ -66,6 +66,7 @@ func TestBackupUnderLoad(t *testing.T) {
 					t.Error(err)
 					return
 				}
+				completed.Add(1)
 			}
 		}()
 	}
@@ -79,7 +80,7 @@ func TestBackupUnderLoad(t *testing.T) {
 			}
 		}
 	}()
-	for next.Load() < 200 { // the backup lands mid-load
+	for completed.Load() < 200 { // the backup lands mid-load, after 200 completions
 		if t.Failed() {
 			break
 		}

@@ -129,6 +129,10 @@ func TestE2EWhoDecides(t *testing.T) {
 
 	t.Run("only the tool's approvers decide", func(t *testing.T) {
 		id, hash := propose(agentToken, "approve_restricted", "RS-1")
+		// The list says how many wait, whatever the page: RS-1 alone.
+		if _, list := apiCall(t, "GET", base+"/v1/plans?status=awaiting_approval&limit=1", adminToken, ""); list["waiting"] != float64(1) {
+			t.Fatalf("waiting: %v", list["waiting"])
+		}
 		status, body := decide(approverToken, id, hash, "approve")
 		if status != 403 || !strings.Contains(fmt.Sprint(body), "only root may") {
 			t.Fatalf("alice on a root-only tool: %d %v", status, body)

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	_ "time/tzdata" // business_day windows need zone data on machines without it
 
 	"github.com/airlockhq/airlock/examples/withdrawals"
-	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store"
 )
@@ -375,31 +373,4 @@ func usageError(e *env, name, format string, args ...any) int {
 func fail(e *env, format string, args ...any) int {
 	fmt.Fprintf(e.stderr, "airlock: "+format+"\n", args...)
 	return 1
-}
-
-func cmdMigrate(e *env, args []string) int {
-	fs := newFlags(e, "migrate")
-	db := dbFlag(fs)
-	status := fs.Bool("status", false, "list the migrations, applied and pending, and change nothing")
-	dryRun := fs.Bool("dry-run", false, "print the SQL of the pending migrations, and change nothing")
-	if code, ok := parse(fs, args); !ok {
-		return code
-	}
-	if *status || *dryRun {
-		return migrateReport(e, *db, *dryRun)
-	}
-	m, err := withdrawals.Manifest() // migrating needs no tools; any manifest will do
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	// The store's tables and River's (the commit queue).
-	a, err := app.New(e.ctx, &app.Config{Manifest: m, DSN: *db, Migrate: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	if err := a.Close(context.Background()); err != nil {
-		return fail(e, "%v", err)
-	}
-	fmt.Fprintf(e.stdout, "migrated %s\n", redactDSN(*db))
-	return 0
 }

@@ -155,11 +155,7 @@ func (c *planClient) decide(ctx context.Context, id string, approve bool, reason
 }
 
 func cmdPlans(e *env, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(e.stderr, "airlock plans: want list, show, approve or reject")
-		return 2
-	}
-	sub := args[0]
+	sub := args[0] // run (main.go) has checked it
 	fs := newFlags(e, "plans "+sub)
 	db, url, token, by, config := planFlags(fs)
 	status := fs.String("status", "", "list: only plans with this status (awaiting_approval, committed, …)")

@@ -10,11 +10,8 @@ import (
 
 // cmdPolicy runs the approval rules' test files: exit 1 on a failing case,
 // naming it.
+// run (main.go) has checked the subcommand.
 func cmdPolicy(e *env, args []string) int {
-	if len(args) == 0 || args[0] != "test" {
-		fmt.Fprintln(e.stderr, "airlock policy: want a subcommand: test")
-		return 2
-	}
 	fs := newFlags(e, "policy test")
 	config := configFlag(fs)
 	if code, ok := parse(fs, args[1:]); !ok {

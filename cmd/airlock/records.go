@@ -15,7 +15,7 @@ import (
 // cmdRecords shows or settles a record, against a server (--url, --token)
 // or the database (--db).
 func cmdRecords(e *env, args []string) int {
-	sub := args[0]
+	sub := args[0] // run (main.go) has checked it
 	fs := newFlags(e, "records "+sub)
 	db, url, token, by, config := planFlags(fs)
 	happened := fs.String("happened", "", "settle: true (it happened; give --result) or false (it did not; the key is freed)")

@@ -11,19 +11,12 @@ import (
 	"github.com/airlockhq/airlock/manifest"
 )
 
+// cmdTools runs check or list; run (main.go) has checked the subcommand.
 func cmdTools(e *env, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(e.stderr, "airlock tools: want a subcommand: check or list")
-		return 2
-	}
-	switch args[0] {
-	case "check":
+	if args[0] == "check" {
 		return cmdToolsCheck(e, args[1:])
-	case "list":
-		return cmdToolsList(e, args[1:])
 	}
-	fmt.Fprintf(e.stderr, "airlock tools: unknown subcommand %q: want check or list\n", args[0])
-	return 2
+	return cmdToolsList(e, args[1:])
 }
 
 // cmdToolsCheck is the CI lint: exit 1 with one line per problem.

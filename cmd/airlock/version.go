@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/store"
@@ -138,58 +137,4 @@ func databaseSchema(ctx context.Context, dsn string) (int, error) {
 		return 0, fmt.Errorf("--db: this store does not report its schema version")
 	}
 	return v.SchemaVersion(ctx)
-}
-
-// migrateReport is migrate --status and --dry-run: what is applied and what
-// would be, without changing the database. River's own migrations (the
-// commit queue's tables) are applied with airlock's and not listed.
-func migrateReport(e *env, dsn string, dryRun bool) int {
-	kind, err := store.Kind(dsn)
-	if err != nil {
-		return usageError(e, "migrate", "--db: %v", err)
-	}
-	ms, err := sqlite.Migrations()
-	if kind != "sqlite" {
-		ms, err = postgres.Migrations()
-	}
-	if err != nil {
-		return fail(e, "%v", err)
-	}
-	have := 0
-	if kind != "sqlite" || fileExists(store.SQLitePath(dsn)) {
-		if have, err = databaseSchema(e.ctx, dsn); err != nil {
-			return fail(e, "%v", err)
-		}
-	}
-	latest := 0
-	if len(ms) > 0 {
-		latest = ms[len(ms)-1].Version
-	}
-	if have > latest {
-		return fail(e, "the database is at schema version %d, newer than this airlock (%d): upgrade airlock", have, latest)
-	}
-	if dryRun {
-		if have == latest {
-			fmt.Fprintf(e.stdout, "-- schema version %d: nothing to apply\n", have)
-			return 0
-		}
-		for _, m := range ms[have:] {
-			fmt.Fprintf(e.stdout, "-- %04d_%s\n%s\n", m.Version, m.Name, strings.TrimSpace(m.SQL))
-		}
-		return 0
-	}
-	for _, m := range ms {
-		state := "pending"
-		if m.Version <= have {
-			state = "applied"
-		}
-		fmt.Fprintf(e.stdout, "%04d_%-20s %s\n", m.Version, m.Name, state)
-	}
-	fmt.Fprintf(e.stdout, "schema version %d of %d (%s)\n", have, latest, redactDSN(dsn))
-	return 0
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

@@ -116,7 +116,7 @@ func DecidePlan(ctx context.Context, x PlanRows, d *airlock.PlanDecision) (out *
 		params.Approvals = append(append([]airlock.PlanApproval(nil), cur.Approvals...), airlock.PlanApproval{By: d.By, Reason: d.Reason, At: d.Now.UTC()})
 		if len(params.Approvals) < cur.ApprovalsRequiredOr() {
 			// One approval of several: the plan waits for the next person.
-			params.Status, params.By, params.Reason, params.At = airlock.PlanAwaitingApproval, "", "", d.Now
+			params.Status, params.By, params.Reason = airlock.PlanAwaitingApproval, "", ""
 		}
 	}
 	if err := x.UpdatePlanDecision(ctx, params); err != nil {
@@ -192,23 +192,4 @@ func ApprovalsJSON(a []airlock.PlanApproval) string {
 	}
 	b, _ := json.Marshal(a)
 	return string(b)
-}
-
-// GroupsJSON is how drivers store a session's groups: a JSON array.
-func GroupsJSON(g []string) string {
-	if len(g) == 0 {
-		return "[]"
-	}
-	b, _ := json.Marshal(g)
-	return string(b)
-}
-
-// ParseGroups reads GroupsJSON; nil for none.
-func ParseGroups(s string) []string {
-	var g []string
-	_ = json.Unmarshal([]byte(s), &g)
-	if len(g) == 0 {
-		return nil
-	}
-	return g
 }
