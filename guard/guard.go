@@ -488,9 +488,12 @@ func (g *Guard) execute(ctx context.Context, tool *airlock.Tool, rec *airlock.Re
 	if g.tracer != nil {
 		cctx, cspan = g.tracer.Start(ctx, airlock.SpanComplete, airlock.Attr{Key: airlock.AttrToolName, Value: tool.Name}, airlock.Attr{Key: airlock.AttrKey, Value: rec.Key}, airlock.Attr{Key: airlock.AttrRecordState, Value: string(comp.State)})
 	}
+	// One time for every attempt: a retry that finds the record no longer
+	// running (the first attempt committed, its reply was lost, as in a
+	// database failover) recognises its own completion by it.
+	comp.Now = g.clock.Now()
+	comp.TimedOut, comp.Took = timedOut, max(0, comp.Now.Sub(rec.CreatedAt))
 	err := g.retryStore(cctx, func(ctx context.Context) error {
-		comp.Now = g.clock.Now()
-		comp.TimedOut, comp.Took = timedOut, max(0, comp.Now.Sub(rec.CreatedAt))
 		return g.store.Complete(ctx, comp)
 	})
 	if errors.Is(err, airlock.ErrLeaseLost) && g.recorded(cctx, comp) {
