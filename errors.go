@@ -46,6 +46,10 @@ type Error struct {
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Message)
+	if e.Message == "" {
+		// A sentinel has no message; its code says what it is in logs.
+		b.WriteString(string(e.Code))
+	}
 	if e.Err != nil {
 		b.WriteString(": ")
 		b.WriteString(e.Err.Error())
