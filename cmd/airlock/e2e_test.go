@@ -665,6 +665,10 @@ func TestE2ECommitSurvivesAKilledWorker(t *testing.T) {
 	}{
 		{"SQLite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "a.db") }},
 		{"PostgreSQL", func(t *testing.T) string { return testdb.Schema(t) }},
+		// River polls (no LISTEN), statements are unprepared.
+		{"PostgreSQL behind PgBouncer", func(t *testing.T) string {
+			return testdb.PgBouncer(t, testdb.Schema(t), "transaction", 2) + "&pool_mode=transaction"
+		}},
 	} {
 		t.Run(db.name, func(t *testing.T) {
 			t.Parallel()

@@ -325,9 +325,14 @@ func (a *App) openStore(ctx context.Context) error {
 		a.Store = s
 		a.commits = commitQueue{
 			migrate: func(ctx context.Context) error {
-				return s.MigrateWith(ctx, func(ctx context.Context) error { return riverqueue.Postgres(s.Pool()).Migrate(ctx) })
+				return s.MigrateWith(ctx, riverqueue.Postgres(s.Pool()).MigrateStep)
 			},
 			start: func(ctx context.Context, c riverqueue.Committer, cfg *riverqueue.Config) (*riverqueue.Worker, error) {
+				if s.TransactionPooling() {
+					poll := *cfg
+					poll.PollOnly = true
+					cfg = &poll
+				}
 				return riverqueue.Postgres(s.Pool()).Start(ctx, c, cfg)
 			},
 		}

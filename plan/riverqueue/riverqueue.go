@@ -181,6 +181,9 @@ type Config struct {
 	// FetchPollInterval: how often idle workers look for jobs. Default 200ms
 	// (on PostgreSQL River also wakes on LISTEN/NOTIFY).
 	FetchPollInterval time.Duration
+	// PollOnly: find jobs by polling alone, without LISTEN, as behind a
+	// transaction-mode pooler (PgBouncer) it must. Default false.
+	PollOnly bool
 	// CommitTimeout bounds one commit attempt. Default 5m.
 	CommitTimeout time.Duration
 	// RescueAfter: a commit still running this long (its process died) is
@@ -224,6 +227,7 @@ func riverConfig(commits Committer, cfg *Config) *river.Config {
 		Logger:            log,
 		FetchPollInterval: poll,
 		FetchCooldown:     min(poll, 100*time.Millisecond),
+		PollOnly:          cfg.PollOnly,
 		// A commit killed mid-way is rescued and retried; the guarded call
 		// makes the retry safe.
 		RescueStuckJobsAfter: rescue,
@@ -260,6 +264,22 @@ func (q *Queue[TTx]) Migrate(ctx context.Context) error {
 		return fmt.Errorf("riverqueue: migrating: %w", err)
 	}
 	return nil
+}
+
+// MigrateStep applies River's next migration, if any, in tx (one of the
+// store's migration transactions, under its lock) and reports whether it
+// applied one. One at a time: a River migration may use an enum value the
+// previous one added, which PostgreSQL allows only once that is committed.
+func (q *Queue[TTx]) MigrateStep(ctx context.Context, tx TTx) (bool, error) {
+	m, err := rivermigrate.New(q.driver, nil)
+	if err != nil {
+		return false, err
+	}
+	res, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1})
+	if err != nil {
+		return false, fmt.Errorf("riverqueue: migrating: %w", err)
+	}
+	return len(res.Versions) > 0, nil
 }
 
 // Start works commit and notice jobs until the worker is stopped.

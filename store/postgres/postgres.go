@@ -34,7 +34,10 @@ type Config struct {
 	// MaxConns is the pool size. Default: the DSN's pool_max_conns, else 16.
 	MaxConns int32
 	// PollInterval is how often waiters re-read a running record in case a
-	// notification was missed (while the listener reconnects). Default 1s.
+	// notification was missed (while the listener reconnects). Default 1s;
+	// 500ms with pool_mode=transaction in the DSN, where there is no
+	// listener and waiters learn of completions in other replicas only by
+	// polling.
 	PollInterval time.Duration
 	// Writers is how many batches of claims and completions are sent at
 	// once, each on its own connection. Default 2: on a small machine fewer,
@@ -74,11 +77,15 @@ type Store struct {
 	batch     *groupcommit.Batcher[*op]
 	closeOnce sync.Once
 	noAudit   bool
+	txPooling bool // the DSN's pool_mode=transaction
 }
 
 var errClosed = errors.New("postgres: store closed")
 
-// Open connects to the database at dsn (postgres://...).
+// Open connects to the database at dsn (postgres://... or key=value
+// pairs). The DSN may say pool_mode=transaction (PoolModeParam) when a
+// transaction-mode pooler such as PgBouncer stands between airlock and
+// PostgreSQL.
 func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if cfg == nil {
 		cfg = &Config{}
@@ -86,6 +93,10 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	txPooling, err := takePoolMode(pc)
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case cfg.MaxConns > 0:
@@ -99,8 +110,12 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, enqueue: cfg.EnqueueCommit, notice: cfg.EnqueueNotice, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit}
-	if s.poll <= 0 {
+	s := &Store{pool: pool, enqueue: cfg.EnqueueCommit, notice: cfg.EnqueueNotice, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit, txPooling: txPooling}
+	switch {
+	case s.poll > 0:
+	case txPooling:
+		s.poll = 500 * time.Millisecond
+	default:
 		s.poll = time.Second
 	}
 	writers, batch := cfg.Writers, cfg.MaxBatch
@@ -137,13 +152,17 @@ func (s *Store) PollInterval() time.Duration { return s.poll }
 
 // Subscribe implements airlock.Store: keys come from LISTEN on one
 // connection, for completions in every process sharing the database.
+// Behind a transaction-mode pooler a LISTEN would stay on a server
+// connection others then use, so there is none: waiters poll.
 func (s *Store) Subscribe(fn func(key string)) func() {
 	s.subMu.Lock()
 	s.subN++
 	id := s.subN
 	s.subs[id] = fn
 	s.subMu.Unlock()
-	s.startListener()
+	if !s.txPooling {
+		s.startListener()
+	}
 	return func() {
 		s.subMu.Lock()
 		delete(s.subs, id)
@@ -213,52 +232,71 @@ func (s *Store) listen(ctx context.Context) error {
 func (s *Store) Migrate(ctx context.Context) error { return s.MigrateWith(ctx) }
 
 // MigrateWith applies airlock's migrations and then more (the commit
-// queue's) under the one advisory lock, so that replicas started together
-// on a fresh database take turns: one migrates, the others find it done.
-// (River's migrations take no lock of their own.)
-func (s *Store) MigrateWith(ctx context.Context, more ...func(context.Context) error) error {
+// queue's), one migration per transaction, each under a transaction-scoped
+// advisory lock and deciding what is next only once it holds it: replicas
+// started together on a fresh database take turns, and one finds done what
+// another did. (River's migrations take no lock of their own.) A
+// transaction-scoped lock, unlike a session's, also holds behind a
+// transaction-mode pooler. Without pool_mode=transaction in the DSN, such a
+// pooler found here is refused before anything is written.
+//
+// Each of more applies its next step, if any, in the transaction it is
+// given and reports whether it applied one.
+func (s *Store) MigrateWith(ctx context.Context, more ...func(context.Context, pgx.Tx) (bool, error)) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
+	if !s.txPooling {
+		if err := s.checkSessionPooling(ctx); err != nil {
+			return err
+		}
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(7412093)`); err != nil {
-		return fmt.Errorf("postgres: taking the migration lock: %w", err)
-	}
-	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7412093)`) //nolint:errcheck // released with the session anyway
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS airlock_schema_migrations (
-		version integer NOT NULL PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	var have int
-	if err := conn.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	if have > migrations.Latest(ms) {
-		return fmt.Errorf("postgres: the database is at schema version %d, newer than this airlock (%d); upgrade airlock", have, migrations.Latest(ms))
-	}
-	for _, m := range ms[have:] {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO airlock_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+	for {
+		applied := false
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var err error
+			applied, err = migrateStep(ctx, tx, ms, more)
 			return err
 		})
-		if err != nil {
-			return fmt.Errorf("postgres: migration %04d_%s: %w", m.Version, m.Name, err)
-		}
-	}
-	for _, f := range more {
-		if err := f(ctx); err != nil {
+		if err != nil || !applied {
 			return err
 		}
 	}
-	return nil
+}
+
+// migrateStep applies the next migration, airlock's first, under the lock.
+func migrateStep(ctx context.Context, tx pgx.Tx, ms []migrations.Migration, more []func(context.Context, pgx.Tx) (bool, error)) (bool, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7412093)`); err != nil {
+		return false, fmt.Errorf("postgres: taking the migration lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS airlock_schema_migrations (
+		version integer NOT NULL PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return false, fmt.Errorf("postgres: %w", err)
+	}
+	var have int
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have); err != nil {
+		return false, fmt.Errorf("postgres: %w", err)
+	}
+	if have > migrations.Latest(ms) {
+		return false, fmt.Errorf("postgres: the database is at schema version %d, newer than this airlock (%d); upgrade airlock", have, migrations.Latest(ms))
+	}
+	if have < len(ms) {
+		m := ms[have]
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return false, fmt.Errorf("postgres: migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO airlock_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			return false, fmt.Errorf("postgres: migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+		return true, nil
+	}
+	for _, step := range more {
+		if applied, err := step(ctx, tx); err != nil || applied {
+			return applied, err
+		}
+	}
+	return false, nil
 }
 
 // ProbeWrite implements airlock.Store.
