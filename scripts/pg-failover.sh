@@ -6,9 +6,13 @@
 #
 #   scripts/pg-failover.sh up DIR     make, start and connect both; print the DSN
 #   scripts/pg-failover.sh dsn DIR    print the multi-host DSN airlock is given
+#   scripts/pg-failover.sh lag DIR    freeze the standby's WAL receiver: it
+#                                     receives nothing more (a slow link)
 #   scripts/pg-failover.sh fail DIR   crash the primary (immediate stop: no
 #                                     shutdown checkpoint, as a killed server),
-#                                     then promote the standby
+#                                     then promote the standby (a frozen
+#                                     receiver is killed first: what it had
+#                                     not written is lost, as in a crash)
 #   scripts/pg-failover.sh down DIR   stop both and remove DIR
 #
 # Environment: PRIMARY_PORT (55432), STANDBY_PORT (55433), PGBIN (the newest
@@ -31,7 +35,7 @@ if [ -z "${PGBIN:-}" ]; then
 fi
 
 die() { echo "pg-failover: $*" >&2; exit 1; }
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 
 as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
@@ -93,10 +97,29 @@ EOF
   dsn
 }
 
+lag() {
+  local dir=$1 pid
+  need_bin
+  pid=$(psql_at "$P2" "SELECT pid FROM pg_stat_wal_receiver")
+  [ -n "$pid" ] || die "the standby has no WAL receiver"
+  kill -STOP "$pid"
+  echo "$pid" >"$dir/walreceiver.frozen"
+}
+
 fail() {
   local dir=$1
   need_bin
   as_pg "$PGBIN/pg_ctl" -D "$dir/primary" -m immediate -w stop >/dev/null
+  if [ -f "$dir/walreceiver.frozen" ]; then
+    # What the frozen receiver had not written (and what waits in its
+    # socket) is lost; the standby restarts its recovery from its own WAL.
+    kill -KILL "$(cat "$dir/walreceiver.frozen")" 2>/dev/null || true
+    rm -f "$dir/walreceiver.frozen"
+    for _ in $(seq 300); do
+      "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$P2" && break
+      sleep 0.1
+    done
+  fi
   as_pg "$PGBIN/pg_ctl" -D "$dir/standby" -w -t 60 promote >/dev/null
   for _ in $(seq 300); do
     [ "$(psql_at "$P2" "SELECT pg_is_in_recovery()" || true)" = f ] && return 0
@@ -116,7 +139,7 @@ down() {
 }
 
 case "$cmd" in
-up | dsn | fail | down)
+up | dsn | lag | fail | down)
   [ $# -eq 2 ] || die "$cmd needs DIR (see scripts/pg-failover.sh help)"
   "$cmd" "$2"
   ;;
