@@ -275,7 +275,10 @@ func (q *Queue[TTx]) MigrateStep(ctx context.Context, tx TTx) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	res, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1})
+	// MigrateTx is deprecated for batching several migrations in one
+	// transaction; one step is what it asks for, and Migrate would run
+	// outside the store's lock.
+	res, err := m.MigrateTx(ctx, tx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{MaxSteps: 1}) //nolint:staticcheck // one step per transaction (above)
 	if err != nil {
 		return false, fmt.Errorf("riverqueue: migrating: %w", err)
 	}
