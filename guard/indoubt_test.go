@@ -16,15 +16,7 @@ import (
 // it. The first call and its repeat say the same.
 func TestInDoubtMessageIsTrue(t *testing.T) {
 	t.Parallel()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	g := guard.New(s, nil)
+	g := guard.New(openSQLite(t), nil)
 	t.Cleanup(g.Close)
 	for _, tc := range []struct {
 		name, reconcileWith, want string
@@ -44,4 +36,18 @@ func TestInDoubtMessageIsTrue(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openSQLite is a migrated SQLite store in the test's directory.
+func openSQLite(t *testing.T) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

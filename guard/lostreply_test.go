@@ -3,13 +3,11 @@ package guard_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/guard"
-	"github.com/airlockhq/airlock/store/sqlite"
 )
 
 // lostReplyStore commits the first completion and then reports the
@@ -34,15 +32,7 @@ func (s *lostReplyStore) Complete(ctx context.Context, c *airlock.Completion) er
 // the caller gets the result, not in_doubt.
 func TestCompletionWhoseReplyWasLostIsRecognised(t *testing.T) {
 	t.Parallel()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	store := &lostReplyStore{GuardStore: s}
+	store := &lostReplyStore{GuardStore: openSQLite(t)}
 	g := guard.New(store, nil)
 	t.Cleanup(g.Close)
 	tool := &airlock.Tool{Name: "add_note", Kind: airlock.KindWrite,

@@ -319,20 +319,25 @@ func TestE2EThreeReplicasOnePostgres(t *testing.T) {
 	payments := startPayments(t) // naive: airlock alone must keep it to one execution per key
 	config := e2eManifest(t, payments.url(), "", "", "")
 	replicas := []*proc{serve(t, config, dsn), serve(t, config, dsn), serve(t, config, dsn)}
-	const keys, callers = 200, 8
+	sameWorkFromManyCallers(t, replicas, payments, 200, 8)
+}
+
+// sameWorkFromManyCallers sends each of keys pieces of work from callers
+// callers at once, spread over the replicas, and checks that every caller
+// was answered succeeded and that each piece ran once at the upstream.
+func sameWorkFromManyCallers(t *testing.T, replicas []*proc, payments *proc, keys, callers int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan string, keys*callers)
 	for k := range keys {
 		for c := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				r := replicas[(k+c)%len(replicas)]
 				status, body, err := tryAPICall("POST", r.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"add_note","args":{"record_id":"WD-%d","text":"x"}}`, k))
 				if err != nil || status != 200 || body["status"] != "succeeded" {
 					errs <- fmt.Sprintf("key %d caller %d: %d %v %v", k, c, status, body, err)
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,35 +20,7 @@ func TestE2EBehindPgBouncer(t *testing.T) {
 	dsn := testdb.PgBouncer(t, testdb.Schema(t), "transaction", 3) + "&pool_mode=transaction"
 	payments := startPayments(t)
 	config := e2eManifest(t, payments.url(), "", "", "")
-	replicas := []*proc{serve(t, config, dsn), serve(t, config, dsn)}
-	const keys, callers = 100, 6
-	var wg sync.WaitGroup
-	errs := make(chan string, keys*callers)
-	for k := range keys {
-		for c := range callers {
-			wg.Go(func() {
-				r := replicas[(k+c)%len(replicas)]
-				status, body, err := tryAPICall("POST", r.url()+"/v1/calls", agentToken, fmt.Sprintf(`{"tool":"add_note","args":{"record_id":"WD-%d","text":"x"}}`, k))
-				if err != nil || status != 200 || body["status"] != "succeeded" {
-					errs <- fmt.Sprintf("key %d caller %d: %d %v %v", k, c, status, body, err)
-				}
-			})
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
-	st := stats(t, payments)
-	if st.Calls != keys {
-		t.Errorf("upstream executed %d calls for %d keys", st.Calls, keys)
-	}
-	for k := range keys {
-		if n := len(st.Notes[fmt.Sprintf("WD-%d", k)]); n != 1 {
-			t.Errorf("WD-%d executed %d times", k, n)
-		}
-	}
+	sameWorkFromManyCallers(t, []*proc{serve(t, config, dsn), serve(t, config, dsn)}, payments, 100, 6)
 }
 
 // TestE2ETransactionPoolerRefusedAtStart: through PgBouncer in transaction
