@@ -2,6 +2,7 @@ package guard
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -256,6 +257,7 @@ type prepared struct {
 	expiresAt time.Time
 	start     time.Time
 	deadline  time.Time // respond_within: answer in progress after it; zero: wait
+	owner     string    // the claim's owner; empty: g.newOwner()
 }
 
 // do is the guarded call, in its steps: a repeat just after a window
@@ -265,20 +267,28 @@ func (g *Guard) do(ctx context.Context, p *prepared, fn airlock.SideEffect) (*ai
 	if rw := p.tool.RespondWithinOr(); rw > 0 {
 		p.deadline = g.clock.Now().Add(rw)
 	}
-	if a, done, err := g.previousWindow(ctx, p); done {
-		return a, err
-	}
-	if rec := g.cache.get(p.key); rec != nil {
-		return g.answerExisting(ctx, p, rec)
-	}
-	if a, done, err := g.checkBudget(ctx, p); done {
-		return a, err
-	}
-	rec, a, err := g.claim(ctx, p)
+	rec, a, err := g.begin(ctx, p)
 	if rec == nil {
 		return a, err
 	}
 	return g.await(ctx, p, rec, fn)
+}
+
+// begin is the guarded call up to its claim: it returns the record this
+// call now holds, or else the answer (or refusal) for a call that runs
+// nothing.
+func (g *Guard) begin(ctx context.Context, p *prepared) (*airlock.Record, *airlock.Answer, error) {
+	if a, done, err := g.previousWindow(ctx, p); done {
+		return nil, a, err
+	}
+	if rec := g.cache.get(p.key); rec != nil {
+		a, err := g.answerExisting(ctx, p, rec)
+		return nil, a, err
+	}
+	if a, done, err := g.checkBudget(ctx, p); done {
+		return nil, a, err
+	}
+	return g.claim(ctx, p)
 }
 
 // previousWindow answers a repeat from the same run just after a window
@@ -336,7 +346,7 @@ func (g *Guard) checkBudget(ctx context.Context, p *prepared) (*airlock.Answer, 
 func (g *Guard) claim(ctx context.Context, p *prepared) (*airlock.Record, *airlock.Answer, error) {
 	c := &airlock.Claim{
 		Key: p.key, Tool: p.tool.Name, RunID: p.runID, WindowID: p.windowID,
-		Args: p.args.JSON(), ArgsHash: p.hash, Owner: g.newOwner(), Now: p.start,
+		Args: p.args.JSON(), ArgsHash: p.hash, Owner: cmp.Or(p.owner, g.newOwner()), Now: p.start,
 		LeaseUntil: p.start.Add(g.lease), ExpiresAt: p.expiresAt, Actor: airlock.ActorFrom(ctx),
 	}
 	for attempt := 0; ; attempt++ {
@@ -457,6 +467,12 @@ func (g *Guard) execute(ctx context.Context, tool *airlock.Tool, rec *airlock.Re
 			span.End(nil)
 		}
 	}
+	return g.record(ctx, tool, rec, out, timedOut)
+}
+
+// record records the outcome of a claimed record's side effect (releasing
+// the claim when it was never sent) and answers as the first call.
+func (g *Guard) record(ctx context.Context, tool *airlock.Tool, rec *airlock.Record, out airlock.Outcome, timedOut bool) result {
 	// The upstream's answer as the store can hold it: the work is done,
 	// and a byte the database refuses must not leave it unrecorded.
 	comp := &airlock.Completion{Key: rec.Key, Owner: rec.Owner, Result: airlock.StorableJSON(out.Result), Content: airlock.StorableJSON(out.Content), Actor: airlock.ActorFrom(ctx)}

@@ -25,6 +25,7 @@ type NewStore func(t testing.TB) airlock.Store
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Store", func(t *testing.T) { t.Parallel(); runStore(t, newStore) })
 	t.Run("Guard", func(t *testing.T) { t.Parallel(); runGuard(t, newStore) })
+	t.Run("Claims", func(t *testing.T) { t.Parallel(); runClaims(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); runConcurrency(t, newStore) })
 	t.Run("Plans", func(t *testing.T) { t.Parallel(); runPlans(t, newStore) })
 	t.Run("AuditEvents", func(t *testing.T) { t.Parallel(); RunAuditEvents(t, newStore) })

@@ -1,0 +1,175 @@
+package storetest
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
+)
+
+// runClaims: work its caller runs (the claims API): one holder per key,
+// the first result for every repeat, a released claim for work that never
+// started, in doubt for an unknown outcome or a holder that vanished, and a
+// claim nobody else can renew or finish.
+func runClaims(t *testing.T, newStore NewStore) {
+	callerTool := func() *airlock.Tool {
+		tool := Tool("add_note", "forever")
+		tool.RepeatWait = &airlock.Duration{Duration: 10 * time.Millisecond}
+		return tool
+	}
+	succeeded := airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"note":"N-1"}`)}
+
+	t.Run("HeldThenRepeated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool, args := callerTool(), `{"record_id":"`+Key("N")+`"}`
+		h, a, err := b.guard.Claim(b.ctx, call(tool, args, "r"))
+		if err != nil || h == nil || a != nil || h.Owner == "" || !h.LeaseUntil.After(time.Now()) {
+			t.Fatalf("first claim: %+v %+v %v; want held", h, a, err)
+		}
+		if _, a, err := b.guard.Claim(b.ctx, call(tool, args, "r")); err != nil || a == nil || a.Status != airlock.StatusInProgress {
+			t.Fatalf("claim while held: %+v %v; want in_progress", a, err)
+		}
+		until, err := b.guard.Renew(b.ctx, h.Key, h.Owner)
+		if err != nil || until.Before(h.LeaseUntil) {
+			t.Fatalf("renew: %v %v; want a lease at least until %v", until, err, h.LeaseUntil)
+		}
+		a, err = b.guard.Finish(b.ctx, tool, h.Key, h.Owner, succeeded)
+		if err != nil || a.Status != airlock.StatusSucceeded || a.Repeat || string(a.Result) != `{"note":"N-1"}` {
+			t.Fatalf("finish: %+v %v", a, err)
+		}
+		if _, a, err := b.guard.Claim(b.ctx, call(tool, args, "r")); err != nil || a == nil || !a.Repeat || a.Status != airlock.StatusSucceeded || string(a.Result) != `{"note":"N-1"}` {
+			t.Fatalf("claim after finish: %+v %v; want the first result as a repeat", a, err)
+		}
+		// A finish retried after a lost reply gets the record's answer.
+		if a, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, succeeded); err != nil || a.Status != airlock.StatusSucceeded || string(a.Result) != `{"note":"N-1"}` {
+			t.Fatalf("finish again: %+v %v", a, err)
+		}
+		if _, err := b.guard.Renew(b.ctx, h.Key, h.Owner); airlock.ErrorCode(err) != airlock.CodeLeaseLost {
+			t.Fatalf("renew after finish: %v; want lease_lost", err)
+		}
+	})
+
+	t.Run("OneHolderAmongMany", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool, args := callerTool(), `{"record_id":"`+Key("N")+`"}`
+		var mu sync.Mutex
+		var held []*guard.Held
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				h, a, err := b.guard.Claim(b.ctx, call(tool, args, "r"))
+				switch {
+				case err != nil:
+					t.Error(err)
+				case h != nil:
+					mu.Lock()
+					held = append(held, h)
+					mu.Unlock()
+				case a.Status != airlock.StatusInProgress:
+					t.Errorf("a caller that does not hold the claim: %+v", a)
+				}
+			})
+		}
+		wg.Wait()
+		if len(held) != 1 {
+			t.Fatalf("%d callers hold the claim; want 1", len(held))
+		}
+	})
+
+	t.Run("NobodyElseFinishesOrRenews", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool, args := callerTool(), `{"record_id":"`+Key("N")+`"}`
+		h, _, err := b.guard.Claim(b.ctx, call(tool, args, "r"))
+		must(t, err)
+		if _, err := b.guard.Finish(b.ctx, tool, h.Key, "claim-guessed", succeeded); airlock.ErrorCode(err) != airlock.CodeLeaseLost {
+			t.Fatalf("finish by another owner: %v; want lease_lost", err)
+		}
+		if _, err := b.guard.Renew(b.ctx, h.Key, "claim-guessed"); airlock.ErrorCode(err) != airlock.CodeLeaseLost {
+			t.Fatalf("renew by another owner: %v; want lease_lost", err)
+		}
+		if _, err := b.guard.Finish(b.ctx, Tool("other_tool", "forever"), h.Key, h.Owner, succeeded); airlock.ErrorCode(err) != airlock.CodeLeaseLost {
+			t.Fatalf("finish naming another tool: %v; want lease_lost", err)
+		}
+		if rec, err := b.store.Get(b.ctx, h.Key); err != nil || rec.State != airlock.StateRunning || rec.Owner != h.Owner {
+			t.Fatalf("after refused finishes: %+v %v", rec, err)
+		}
+		if a, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, succeeded); err != nil || a.Status != airlock.StatusSucceeded {
+			t.Fatalf("the holder's finish: %+v %v", a, err)
+		}
+	})
+
+	t.Run("WorkThatNeverStartedIsReleased", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool, args := callerTool(), `{"record_id":"`+Key("N")+`"}`
+		h, _, err := b.guard.Claim(b.ctx, call(tool, args, "r"))
+		must(t, err)
+		if _, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, airlock.Outcome{Kind: airlock.OutcomeNotSent}); airlock.ErrorCode(err) != airlock.CodeNotSent {
+			t.Fatalf("finish not started: %v; want not_sent", err)
+		}
+		if h2, a, err := b.guard.Claim(b.ctx, call(tool, args, "r")); err != nil || h2 == nil || h2.Owner == h.Owner {
+			t.Fatalf("claim after a release: %+v %+v %v; want held anew", h2, a, err)
+		}
+	})
+
+	t.Run("UnknownOutcomeIsInDoubt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool, args := callerTool(), `{"record_id":"`+Key("N")+`"}`
+		h, _, err := b.guard.Claim(b.ctx, call(tool, args, "r"))
+		must(t, err)
+		a, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, airlock.Outcome{Kind: airlock.OutcomeUnknown})
+		if err != nil || a.Status != airlock.StatusInDoubt {
+			t.Fatalf("finish unknown: %+v %v; want in_doubt", a, err)
+		}
+		if _, a, err := b.guard.Claim(b.ctx, call(tool, args, "r")); err != nil || a == nil || a.Status != airlock.StatusInDoubt || !a.Repeat {
+			t.Fatalf("claim of in-doubt work: %+v %v; want in_doubt, repeat", a, err)
+		}
+	})
+
+	t.Run("VanishedHolderIsReaped", func(t *testing.T) {
+		t.Parallel()
+		const lease = 3 * time.Second
+		clock := clockwork.NewFakeClockAt(time.Now())
+		b := setup(t, newStore, &guard.Config{Lease: lease, Clock: clock})
+		reaper := guard.NewReaper(b.guard, nil)
+		tool, args := callerTool(), `{"record_id":"`+Key("N")+`"}`
+		h, _, err := b.guard.Claim(b.ctx, call(tool, args, "r"))
+		must(t, err)
+		clock.Advance(lease + time.Second) // no renewal: the holder is gone
+		st, err := reaper.Reap(b.ctx)
+		must(t, err)
+		if st.InDoubt != 1 {
+			t.Fatalf("reaper: %+v; want the claim in doubt", st)
+		}
+		if _, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, succeeded); airlock.ErrorCode(err) != airlock.CodeLeaseLost {
+			t.Fatalf("finish after the lease ended: %v; want lease_lost", err)
+		}
+		if _, a, err := b.guard.Claim(b.ctx, call(tool, args, "r")); err != nil || a == nil || a.Status != airlock.StatusInDoubt {
+			t.Fatalf("claim after the reaper: %+v %v; want in_doubt", a, err)
+		}
+	})
+
+	t.Run("BudgetCountsClaims", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool := callerTool()
+		tool.MaxCallsPerRun = 1
+		h, _, err := b.guard.Claim(b.ctx, call(tool, `{"record_id":"`+Key("N")+`"}`, "run-1"))
+		must(t, err)
+		if _, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, succeeded); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := b.guard.Claim(b.ctx, call(tool, `{"record_id":"`+Key("N")+`"}`, "run-1")); airlock.ErrorCode(err) != airlock.CodeBudgetExceeded {
+			t.Fatalf("a second piece of work in a run of one: %v; want budget_exceeded", err)
+		}
+	})
+}
