@@ -188,12 +188,19 @@ type KeyField struct {
 }
 
 // ToolUpstream names the upstream that executes a tool: a path for HTTP
-// upstreams, a tool name for MCP upstreams.
+// upstreams, a tool name for MCP upstreams; or, with Caller, none: the
+// caller runs the work itself, as a function in its own process, through
+// the claims API (docs/gateway.md, "The claims API").
 type ToolUpstream struct {
-	Name string `yaml:"name" json:"name"`
-	Path string `yaml:"path" json:"path,omitempty"`
-	Tool string `yaml:"tool" json:"tool,omitempty"`
+	Name   string `yaml:"name" json:"name,omitempty"`
+	Path   string `yaml:"path" json:"path,omitempty"`
+	Tool   string `yaml:"tool" json:"tool,omitempty"`
+	Caller bool   `yaml:"caller" json:"caller,omitempty"`
 }
+
+// RunByCaller reports whether the tool's work is run by its caller through
+// the claims API; such a tool is never callable through the gateway.
+func (t *Tool) RunByCaller() bool { return t.Upstream != nil && t.Upstream.Caller }
 
 // Answers are the three questions every side-effecting tool must answer.
 type Answers struct {

@@ -215,7 +215,7 @@ func New(cfg Config) (*Gateway, error) {
 			g.callers[t.Name] = c
 			continue
 		}
-		if t.Upstream != nil {
+		if t.Upstream != nil && !t.RunByCaller() {
 			c, ok := cfg.Upstreams[t.Upstream.Name]
 			if !ok {
 				return nil, fmt.Errorf("gateway: tool %s: no client for upstream %q", t.Name, t.Upstream.Name)
@@ -264,7 +264,14 @@ type CallRequest struct {
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
 // input, refusals and an unreachable store: in each case nothing ran.
 func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, error) {
-	// Identifiers first, before a span, a metric or a claim holds them.
+	return g.serve(ctx, req, g.call)
+}
+
+// serve is what every call of a tool goes through, whoever runs it: its
+// identifiers checked before a span, a metric or a claim holds them, its
+// span, and its metrics. An answer and an error both nil (a claim its
+// caller now holds) is counted when the claim is finished.
+func (g *Gateway) serve(ctx context.Context, req *CallRequest, call func(context.Context, *route, *CallRequest) (*airlock.Answer, error)) (*airlock.Answer, error) {
 	if len(req.Tool) > maxToolName {
 		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "tool", "is %d bytes; a tool name is at most 64 characters; the tools are: %s", len(req.Tool), strings.Join(g.callableNames(), ", "))
 	}
@@ -295,7 +302,7 @@ func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		ctx = withPassedTrace(ctx, req.TraceParent, req.TraceState)
 	}
 	r := g.routes[req.Tool]
-	a, err := g.call(ctx, r, req)
+	a, err := call(ctx, r, req)
 	if span != nil {
 		if a != nil {
 			span.Set(airlock.Attr{Key: airlock.AttrStatus, Value: string(a.Status)}, airlock.Attr{Key: airlock.AttrRepeat, Value: a.Repeat})
@@ -305,7 +312,7 @@ func (g *Gateway) Call(ctx context.Context, req *CallRequest) (*airlock.Answer, 
 		}
 		span.End(err)
 	}
-	if g.metrics != nil {
+	if g.metrics != nil && (a != nil || err != nil) {
 		g.observe(r, req, a, err)
 	}
 	return a, err
@@ -370,6 +377,9 @@ func (g *Gateway) call(ctx context.Context, r *route, req *CallRequest) (*airloc
 		return g.planStatus(ctx, req.Args)
 	case routePlan:
 		return g.propose(ctx, r, req)
+	case routeCaller:
+		return nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool",
+			"%s is run by its caller through the claims API (POST /v1/claims); it cannot be called here; nothing was executed", r.tool.Name)
 	}
 	tool, caller := r.tool, r.caller
 	if caller == nil {
@@ -431,6 +441,7 @@ func (g *Gateway) callableNames() []string {
 	var names []string
 	for _, t := range g.m.Tools {
 		switch {
+		case t.RunByCaller():
 		case t.Kind != airlock.KindIrreversible:
 			names = append(names, t.Name)
 		case g.plans != nil:

@@ -13,6 +13,7 @@ const (
 	routeWrite                           // the guarded call
 	routePlan                            // plan_T: proposes irreversible T
 	routePlanStatus                      // plan_status: reports a plan
+	routeCaller                          // a write its caller runs, through the claims API only
 )
 
 // route is one name an agent may call, resolved once when the gateway is
@@ -46,7 +47,10 @@ func (g *Gateway) buildRoutes() {
 			}
 		default:
 			kind := routeWrite
-			if t.Kind == airlock.KindRead {
+			switch {
+			case t.RunByCaller():
+				kind = routeCaller
+			case t.Kind == airlock.KindRead:
 				kind = routeRead
 			}
 			g.routes[t.Name] = &route{name: t.Name, kind: kind, tool: t, caller: g.callers[t.Name],

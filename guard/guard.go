@@ -219,6 +219,9 @@ func (g *Guard) Do(ctx context.Context, c *airlock.Call, fn airlock.SideEffect) 
 	}, fn)
 }
 
+// Lease is how long a claim holds without a renewal (Config.Lease).
+func (g *Guard) Lease() time.Duration { return g.lease }
+
 // MaxRunIDBytes is the guard's cap on run ids (Config.MaxRunIDBytes).
 func (g *Guard) MaxRunIDBytes() int { return g.maxRunID }
 

@@ -658,6 +658,15 @@ func (m *Manifest) checkUpstream(t *airlock.Tool, p string) []airlock.Problem {
 		return nil
 	}
 	v := &validator{}
+	if t.Upstream.Caller {
+		switch {
+		case t.Upstream.Name != "" || t.Upstream.Path != "" || t.Upstream.Tool != "":
+			v.add(p+".upstream", "tool %s: a tool run by its caller (caller: true) names no upstream, path or tool", t.Name)
+		case t.Kind != airlock.KindWrite:
+			v.add(p+".upstream.caller", "tool %s: caller: true is for write tools (the caller runs each piece of work once through the claims API); %s tools are not", t.Name, t.Kind)
+		}
+		return v.problems
+	}
 	u, ok := m.Upstreams[t.Upstream.Name]
 	if !ok {
 		names := make([]string, 0, len(m.Upstreams))

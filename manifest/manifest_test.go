@@ -154,6 +154,10 @@ func TestParseErrors(t *testing.T) {
 			[]string{"approval.approvers[0]", "group:NAME"}},
 		{"bad on_mismatch", "    window: business_day\n", "    window: business_day\n    on_mismatch: ignore\n", "test.yaml:12:18",
 			[]string{"on_mismatch", "replay or reject"}},
+		{"a caller's tool naming an upstream", "    window: business_day\n", "    window: business_day\n    upstream: {caller: true, name: payments}\n", "test.yaml:",
+			[]string{"tools[1].upstream", "names no upstream"}},
+		{"a read tool run by its caller", "    input_schema: {type: object, properties: {record_id: {type: string}}}\n  - name: approve", "    input_schema: {type: object, properties: {record_id: {type: string}}}\n    upstream: {caller: true}\n  - name: approve", "test.yaml:",
+			[]string{"tools[0].upstream.caller", "for write tools"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

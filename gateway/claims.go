@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
+)
+
+// The claims API (docs/gateway.md, "The claims API"): work whose caller
+// runs it, as a function in its own process. POST /v1/claims derives the
+// key from the tool's natural key and claims it; the caller that holds the
+// claim runs the work, renews the lease while it runs and completes the
+// claim with its outcome; every other caller gets the answer a guarded call
+// would give. Only tools marked upstream: {caller: true} are claimed here,
+// and only here.
+
+// StatusExecute is the claims API's answer to the caller that now holds
+// the claim: run the work, then complete the claim.
+const StatusExecute = "execute"
+
+// claimPrefix starts the secret part of a claim handle.
+const claimPrefix = "claim-"
+
+// handleClaim is POST /v1/claims: {"tool", "args", "run_id"} as a call.
+func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
+	var req CallRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	if req.Tool == "" {
+		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "tool", "required: the name of a tool run by its caller; those are: %s", strings.Join(g.callerToolNames(), ", ")))
+		return
+	}
+	if req.RunID == "" {
+		req.RunID = r.Header.Get(RunHeader)
+	}
+	req.Transport, req.CallID = "claims", r.Header.Get("X-Request-Id")
+	req.TraceParent, req.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")
+	var held *guard.Held
+	a, err := g.serve(r.Context(), &req, func(ctx context.Context, rt *route, req *CallRequest) (*airlock.Answer, error) {
+		var a *airlock.Answer
+		var err error
+		held, a, err = g.claim(ctx, rt, req)
+		return a, err
+	})
+	switch {
+	case err != nil:
+		writeError(w, g.log, err)
+	case held != nil:
+		if g.metrics != nil && req.RunID != "" {
+			g.metrics.RunCall(req.Tool, req.RunID)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"status": StatusExecute, "claim": claimHandle(req.Tool, held),
+			"lease_until": held.LeaseUntil.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds(),
+		})
+	default:
+		writeJSON(w, http.StatusOK, AnswerObject(a))
+	}
+}
+
+// claim claims the work of a tool run by its caller.
+func (g *Gateway) claim(ctx context.Context, r *route, req *CallRequest) (*guard.Held, *airlock.Answer, error) {
+	if r == nil || r.kind != routeCaller {
+		return nil, nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool",
+			"%q is not a tool run by its caller (upstream: {caller: true}); those are: %s; nothing was claimed", req.Tool, strings.Join(g.callerToolNames(), ", "))
+	}
+	args, err := g.parseArgs(r, req.Args)
+	if err != nil {
+		return nil, nil, err
+	}
+	return g.guard.Claim(ctx, &airlock.Call{Tool: r.tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID})
+}
+
+// callerToolNames lists the tools run by their callers.
+func (g *Gateway) callerToolNames() []string {
+	var names []string
+	for _, t := range g.m.Tools {
+		if t.RunByCaller() {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+// claimHandle is the opaque handle of a held claim: the tool (base64url,
+// since a tool's name may hold dots), the key and the claim's secret owner.
+func claimHandle(tool string, h *guard.Held) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + h.Key + "." + h.Owner
+}
+
+// heldClaim reads a claim handle back: the tool (run by its caller), the
+// key and the owner.
+func (g *Gateway) heldClaim(handle string) (*airlock.Tool, string, string, error) {
+	bad := airlock.FieldErrorf(airlock.CodeInvalidArgument, "claim", "not a claim handle this server gave: use the claim of POST /v1/claims' execute answer as it came")
+	parts := strings.Split(handle, ".")
+	if len(parts) != 3 || parts[1] == "" || len(parts[1]) > airlock.MaxKeyBytes || !strings.HasPrefix(parts[2], claimPrefix) {
+		return nil, "", "", bad
+	}
+	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return nil, "", "", bad
+	}
+	r := g.routes[string(name)]
+	if r == nil || r.kind != routeCaller {
+		return nil, "", "", bad
+	}
+	return r.tool, parts[1], parts[2], nil
+}
+
+// handleRenew is POST /v1/claims/{claim}/renew: the holder is still
+// running the work.
+func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
+	_, key, owner, err := g.heldClaim(r.PathValue("claim"))
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	until, err := g.guard.Renew(r.Context(), key, owner)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lease_until": until.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds()})
+}
+
+// completeRequest is the body of POST /v1/claims/{claim}/complete.
+type completeRequest struct {
+	// Outcome: succeeded, failed (definitively: it did not happen and will
+	// not), unknown (it may have happened: in doubt) or not_started (the
+	// work never began: the claim is released and the next call runs it).
+	Outcome string          `json:"outcome"`
+	Result  json.RawMessage `json:"result"`
+	Error   string          `json:"error"`
+}
+
+// Claim outcomes.
+const (
+	OutcomeSucceeded  = "succeeded"
+	OutcomeFailed     = "failed"
+	OutcomeUnknown    = "unknown"
+	OutcomeNotStarted = "not_started"
+)
+
+// maxOutcomeError bounds the text a caller gives for a failure.
+const maxOutcomeError = 4096
+
+// handleComplete is POST /v1/claims/{claim}/complete: the holder reports
+// the work's outcome and gets the answer the first call gets.
+func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
+	tool, key, owner, err := g.heldClaim(r.PathValue("claim"))
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	var req completeRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	out, err := outcomeOf(&req)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	ctx := r.Context()
+	if g.tracer != nil {
+		ctx = g.tracer.Continue(ctx, r.Header.Get("traceparent"), r.Header.Get("tracestate"))
+	}
+	a, err := g.guard.Finish(ctx, tool, key, owner, out)
+	if g.metrics != nil {
+		g.metrics.Call(tool.Name, tool.Kind, a, err)
+	}
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, AnswerObject(a))
+}
+
+// outcomeOf checks a completion's body and makes its outcome.
+func outcomeOf(req *completeRequest) (airlock.Outcome, error) {
+	if len(req.Error) > maxOutcomeError {
+		return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeInvalidArgument, "error", "is %d bytes; at most %d", len(req.Error), maxOutcomeError)
+	}
+	if err := airlock.CheckText("error", req.Error); err != nil {
+		return airlock.Outcome{}, err
+	}
+	result := req.Result
+	if string(result) == "null" {
+		result = nil
+	}
+	var cause error
+	if req.Error != "" {
+		cause = errors.New(req.Error)
+	}
+	switch req.Outcome {
+	case OutcomeSucceeded:
+		if req.Error != "" {
+			return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeInvalidArgument, "error", "only with outcome failed, unknown or not_started")
+		}
+		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: result}, nil
+	case OutcomeFailed:
+		if result == nil && req.Error != "" {
+			result, _ = json.Marshal(map[string]string{"error": req.Error})
+		}
+		return airlock.Outcome{Kind: airlock.OutcomeFailed, Result: result, Err: cause}, nil
+	case OutcomeUnknown, OutcomeNotStarted:
+		if result != nil {
+			return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeInvalidArgument, "result", "only with outcome succeeded or failed: an unknown or not started outcome has no result")
+		}
+		kind := airlock.OutcomeUnknown
+		if req.Outcome == OutcomeNotStarted {
+			kind = airlock.OutcomeNotSent
+		}
+		return airlock.Outcome{Kind: kind, Err: cause}, nil
+	case "":
+		return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeMissingField, "outcome", "required: succeeded, failed, unknown or not_started")
+	}
+	return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeInvalidArgument, "outcome", "is %q; want succeeded, failed, unknown or not_started", req.Outcome)
+}
