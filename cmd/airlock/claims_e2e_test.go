@@ -56,9 +56,14 @@ tools:
 func TestE2EClaimsAPI(t *testing.T) {
 	t.Parallel()
 	srv := start(t, tokenEnv, bin(t, "airlock"), "serve", "--config", claimsManifest(t), "--db", "sqlite:"+filepath.Join(t.TempDir(), "a.db"), "--listen", freeAddr(t))
+	client := specChecked(t) // every answer as docs/openapi.yaml describes it
 	post := func(path, body string) (int, map[string]any) {
 		t.Helper()
-		return apiCall(t, "POST", srv.url()+path, agentToken, body)
+		status, a, err := tryAPICallWith(client, "POST", srv.url()+path, agentToken, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status, a
 	}
 	status, held := post("/v1/claims", `{"tool":"save_note","args":{"record_id":" wd-1 ","text":"hi"},"run_id":"run-1"}`)
 	claim, _ := held["claim"].(string)

@@ -301,6 +301,11 @@ func apiCall(t *testing.T, method, url, token string, body string, header ...str
 
 // tryAPICall is apiCall for other goroutines: it returns the transport error.
 func tryAPICall(method, url, token string, body string, header ...string) (int, map[string]any, error) {
+	return tryAPICallWith(http.DefaultClient, method, url, token, body, header...)
+}
+
+// tryAPICallWith is tryAPICall through client.
+func tryAPICallWith(client *http.Client, method, url, token string, body string, header ...string) (int, map[string]any, error) {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		return 0, nil, err
@@ -308,10 +313,13 @@ func tryAPICall(method, url, token string, body string, header ...string) (int, 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
