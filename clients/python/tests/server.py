@@ -1,0 +1,95 @@
+"""A real `airlock serve` for the tests: built from this repository (or
+AIRLOCK_BIN), on embedded SQLite in a temporary directory, on a free port."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+AGENT_TOKEN = "py-agent-secret"
+
+MANIFEST = """version: 1
+auth:
+  tokens:
+    - {name: py-agent, role: agent, env: PY_AGENT}
+upstreams:
+  elsewhere: {http: "http://127.0.0.1:1"}
+tools:
+  - name: save_note
+    kind: write
+    input_schema: {type: object, properties: {record_id: {type: string}, text: {type: string}}, required: [record_id, text], additionalProperties: false}
+    natural_key: [{field: record_id, normalize: [trim, upper]}, {field: text, normalize: [trim]}]
+    window: forever
+    repeat_wait: 20s
+    upstream: {caller: true}
+    answers: {undo: "Yes, delete the note.", approver: "No one.", on_repeat: "The first note is returned."}
+  - name: limited_note
+    kind: write
+    input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
+    natural_key: [{field: record_id}]
+    window: forever
+    max_calls_per_run: 1
+    upstream: {caller: true}
+    answers: {undo: "Yes.", approver: "No one.", on_repeat: "The first note."}
+  - name: add_note
+    kind: write
+    input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {name: elsewhere, path: /note}
+    answers: {undo: "Yes.", approver: "No one.", on_repeat: "The first note."}
+"""
+
+
+def _binary(workdir: str) -> str:
+    if os.environ.get("AIRLOCK_BIN"):
+        return os.environ["AIRLOCK_BIN"]
+    out = os.path.join(workdir, "airlock")
+    subprocess.run(["go", "build", "-o", out, "./cmd/airlock"], cwd=ROOT, check=True)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, lease: str = "2s"):
+        self.dir = tempfile.mkdtemp(prefix="airlock-py-")
+        manifest = os.path.join(self.dir, "airlock.yaml")
+        with open(manifest, "w") as f:
+            f.write(MANIFEST)
+        self.url = f"http://127.0.0.1:{_free_port()}"
+        env = dict(os.environ, PY_AGENT=AGENT_TOKEN)
+        self.log = open(os.path.join(self.dir, "serve.log"), "w")
+        self.proc = subprocess.Popen(
+            [_binary(self.dir), "serve", "--config", manifest, "--db", "sqlite:" + os.path.join(self.dir, "a.db"),
+             "--listen", self.url[len("http://"):], "--lease", lease],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1):
+                    return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("airlock serve did not start; see " + self.log.name)
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
