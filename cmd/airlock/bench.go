@@ -33,7 +33,7 @@ func cmdBench(e *env, args []string) int {
 	fs.StringVar(&cfg.KeySpace, "key-space", "", "a name that makes keys deterministic, so processes with the same flags contend for the same keys")
 	fs.StringVar(&cfg.Impl, "impl", "airlock", "airlock, or baseline: a plain claim-insert / update-result loop over the same driver")
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each side effect takes (default 0; race: 5ms)")
-	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http, mcp (the session revision) or mcp-stateless (2026-07-28) (http and the mcp paths also measure direct and core in the same run, and the mcp paths http and a bare MCP server on the same SDK)")
+	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http, claims (the claims API, the work run by the caller), mcp (the session revision) or mcp-stateless (2026-07-28) (http, claims and the mcp paths also measure direct and core in the same run, claims http, and the mcp paths http and a bare MCP server on the same SDK)")
 	compareAudit := fs.Bool("compare-audit", false, "also run the workload without audit events and metrics, and report the cost of having them")
 	rounds := fs.Int("rounds", 1, "--compare-tracing: rounds of off, on, on, off; the cost is the median of the rounds' (1 to 20)")
 	compareTracing := fs.Bool("compare-tracing", false, "run the --through path (default http) with OpenTelemetry tracing off and on (every span sampled, OTLP/HTTP to a collector on loopback), and report the cost")
@@ -153,7 +153,7 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile string)
 		return res, nil
 	}
 	var direct, core bench.Result
-	if path == bench.ThroughHTTP || bench.IsMCP(path) {
+	if path == bench.ThroughHTTP || path == bench.ThroughClaims || bench.IsMCP(path) {
 		if direct, err = measure(bench.ThroughDirect); err != nil {
 			return fail(e, "%v", err)
 		}
@@ -162,6 +162,12 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile string)
 		}
 	}
 	var viaHTTP, bare, peer bench.Result
+	if path == bench.ThroughClaims {
+		// The guarded call over HTTP, whose upstream runs the same work.
+		if viaHTTP, err = measure(bench.ThroughHTTP); err != nil {
+			return fail(e, "%v", err)
+		}
+	}
 	if bench.IsMCP(path) {
 		// The paths it is held against, in the same run.
 		if viaHTTP, err = measure(bench.ThroughHTTP); err != nil {
@@ -193,14 +199,16 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile string)
 		return fail(e, "%v", err)
 	}
 	if viaHTTP.Calls > 0 {
-		res.HTTPCallsPerS, res.HTTPP50us = viaHTTP.CallsPerS, viaHTTP.P50us
-		res.BareMCPCallsPerS, res.BareMCPP50us = bare.CallsPerS, bare.P50us
-		res.HTTPCPUusPerCall, res.BareMCPCPUusPerCall = viaHTTP.CPUusPerCall, bare.CPUusPerCall
-		res.VsHTTP, res.VsBareMCP = ratio(res.CallsPerS, viaHTTP.CallsPerS), ratio(res.CallsPerS, bare.CallsPerS)
+		res.HTTPCallsPerS, res.HTTPP50us, res.HTTPCPUusPerCall = viaHTTP.CallsPerS, viaHTTP.P50us, viaHTTP.CPUusPerCall
+		res.VsHTTP = ratio(res.CallsPerS, viaHTTP.CallsPerS)
+		res.OK = res.OK && viaHTTP.OK
+	}
+	if bare.Calls > 0 {
+		res.BareMCPCallsPerS, res.BareMCPP50us, res.BareMCPCPUusPerCall = bare.CallsPerS, bare.P50us, bare.CPUusPerCall
+		res.VsBareMCP = ratio(res.CallsPerS, bare.CallsPerS)
 		res.PeerMCPCallsPerS, res.PeerMCPCPUusPerCall = peer.CallsPerS, peer.CPUusPerCall
 		res.VsPeerMCP = ratio(res.CallsPerS, peer.CallsPerS)
 		res.OK = res.OK && peer.OK
-		res.OK = res.OK && viaHTTP.OK
 	}
 	if core.Calls > 0 {
 		res.DirectP50us, res.CoreP50us = direct.P50us, core.P50us

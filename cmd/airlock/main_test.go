@@ -193,6 +193,27 @@ func TestMigrateAndBench(t *testing.T) {
 	}
 }
 
+// --through claims runs the work in the bench's process through the
+// claims API, and reports it against the HTTP API path measured in the
+// same run; each key executes once, new or repeated.
+func TestBenchThroughClaims(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"new", "repeat", "race"} {
+		r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "a.db"), "--through", "claims", "--mode", mode, "--calls", "160")
+		var res struct {
+			OK                  bool     `json:"ok"`
+			Through             string   `json:"through"`
+			ExecutionsPerKeyMax int      `json:"executions_per_key_max"`
+			HTTPCallsPerS       float64  `json:"http_calls_per_s"`
+			VsHTTP              *float64 `json:"vs_http"`
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil || !res.OK || res.Through != "claims" ||
+			res.ExecutionsPerKeyMax != 1 || res.HTTPCallsPerS <= 0 || res.VsHTTP == nil {
+			t.Fatalf("bench --through claims --mode %s: exit %d %s %s", mode, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
 // --through mcp measures, in one run, the HTTP API path and a bare MCP
 // server on the same SDK, and reports airlock's MCP path against both; the
 // ratios are benchmark figures (docs/BENCHMARKS.md), only their presence

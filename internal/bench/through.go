@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/app"
@@ -41,6 +42,10 @@ const (
 	// above speak 2025-11-25.
 	ThroughMCPStateless     = "mcp-stateless"
 	ThroughBareMCPStateless = "bare-mcp-stateless"
+	// ThroughClaims is the claims API (package client): a new call is a
+	// claim and a completion, its work run by the caller; a repeat is one
+	// request.
+	ThroughClaims = "claims"
 )
 
 // ThroughPeerMCP and ThroughPeerMCPStateless are what a team writes by
@@ -90,6 +95,8 @@ type Through struct {
 	peerURL     string
 	baseline    Caller // the peer's claim/complete loop
 	sessions    int    // MCP client sessions per path: one per caller
+	claimed     *airlock.Tool
+	claims      *client.Client
 }
 
 // ThroughConfig configures StartThrough; nil means defaults.
@@ -120,7 +127,12 @@ func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through
 	t.tool = Tool()
 	t.tool.Window = &w
 	t.tool.Upstream = &airlock.ToolUpstream{Name: "bench", Path: "/do"}
-	m := &manifest.Manifest{Version: 1, Upstreams: map[string]manifest.Upstream{"bench": {HTTP: up}}, Catalog: airlock.Catalog{Tools: []*airlock.Tool{t.tool}}}
+	// The same work, run by its caller through the claims API.
+	t.claimed = Tool()
+	t.claimed.Name += "_claimed"
+	t.claimed.Window = &w
+	t.claimed.Upstream = &airlock.ToolUpstream{Caller: true}
+	m := &manifest.Manifest{Version: 1, Upstreams: map[string]manifest.Upstream{"bench": {HTTP: up}}, Catalog: airlock.Catalog{Tools: []*airlock.Tool{t.tool, t.claimed}}}
 	if err := m.Prepare(); err != nil {
 		t.Close()
 		return nil, err
@@ -146,6 +158,7 @@ func StartThrough(ctx context.Context, dsn string, cfg *ThroughConfig) (*Through
 		t.Close()
 		return nil, err
 	}
+	t.claims = client.New(&client.Config{URL: t.gatewayURL, Token: benchToken, HTTPClient: &http.Client{Transport: t.client.Transport}})
 	if t.bareURL, err = t.serve(t.bareMCP(false)); err != nil {
 		t.Close()
 		return nil, err
@@ -224,6 +237,8 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 		return callerFunc(t.core), nil
 	case ThroughHTTP:
 		return callerFunc(t.viaHTTP), nil
+	case ThroughClaims:
+		return callerFunc(t.viaClaims), nil
 	case ThroughMCP, ThroughBareMCP, ThroughMCPStateless, ThroughBareMCPStateless, ThroughPeerMCP, ThroughPeerMCPStateless:
 		endpoint := t.gatewayURL + "/mcp"
 		switch path {
@@ -266,7 +281,7 @@ func (t *Through) Caller(ctx context.Context, path string) (Caller, error) {
 			return t.viaMCP(ctx, s, key, fn)
 		}), nil
 	}
-	return nil, fmt.Errorf("--through %q: want direct, core, http, mcp, mcp-stateless, bare-mcp, bare-mcp-stateless, peer-mcp or peer-mcp-stateless", path)
+	return nil, fmt.Errorf("--through %q: want direct, core, http, claims, mcp, mcp-stateless, bare-mcp, bare-mcp-stateless, peer-mcp or peer-mcp-stateless", path)
 }
 
 type callerFunc func(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error)
@@ -349,6 +364,19 @@ func (t *Through) viaHTTP(ctx context.Context, key string, fn func() json.RawMes
 	body, _ := json.Marshal(map[string]any{"tool": t.tool.Name, "args": map[string]string{"record_id": key}})
 	out, err := t.post(ctx, t.gatewayURL+"/v1/calls", body, "Authorization", "Bearer "+benchToken)
 	return out, ran.Load(), err
+}
+
+// viaClaims runs fn in this process when the claims API says to execute.
+func (t *Through) viaClaims(ctx context.Context, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
+	ran := false
+	a, err := t.claims.Do(ctx, t.claimed.Name, map[string]string{"record_id": key}, "", func(context.Context) (any, error) {
+		ran = true
+		return fn(), nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return a.Result, ran, nil
 }
 
 func (t *Through) viaMCP(ctx context.Context, s *mcp.ClientSession, key string, fn func() json.RawMessage) (json.RawMessage, bool, error) {
