@@ -196,6 +196,11 @@ type ToolUpstream struct {
 	Path   string `yaml:"path" json:"path,omitempty"`
 	Tool   string `yaml:"tool" json:"tool,omitempty"`
 	Caller bool   `yaml:"caller" json:"caller,omitempty"`
+	// HonorsIdempotencyKey, for a tool run by its caller: the caller passes
+	// airlock's key to a service that runs a key once, so a claim whose
+	// holder vanished may be taken over and run again with the same key
+	// (rather than left in doubt).
+	HonorsIdempotencyKey bool `yaml:"honors_idempotency_key" json:"honors_idempotency_key,omitempty"`
 }
 
 // RunByCaller reports whether the tool's work is run by its caller through

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
 			g.metrics.RunCall(req.Tool, req.RunID)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
-			"status": StatusExecute, "claim": claimHandle(req.Tool, held),
+			"status": StatusExecute, "claim": claimHandle(req.Tool, held, ""),
 			"lease_until": held.LeaseUntil.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds(),
 		})
 	default:
@@ -69,6 +70,9 @@ func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
 
 // claim claims the work of a tool run by its caller.
 func (g *Gateway) claim(ctx context.Context, r *route, req *CallRequest) (*guard.Held, *airlock.Answer, error) {
+	if t := g.irreversibleNamed(req.Tool); r == nil && t != nil {
+		return nil, nil, g.refuseIrreversible(t)
+	}
 	if r == nil || r.kind != routeCaller {
 		return nil, nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool",
 			"%q is not a tool run by its caller (upstream: {caller: true}); those are: %s; nothing was claimed", req.Tool, strings.Join(g.callerToolNames(), ", "))
@@ -84,47 +88,145 @@ func (g *Gateway) claim(ctx context.Context, r *route, req *CallRequest) (*guard
 func (g *Gateway) callerToolNames() []string {
 	var names []string
 	for _, t := range g.m.Tools {
-		if t.RunByCaller() {
+		if t.RunByCaller() && t.Kind == airlock.KindWrite {
 			names = append(names, t.Name)
 		}
 	}
 	return names
 }
 
-// claimHandle is the opaque handle of a held claim: the tool (base64url,
-// since a tool's name may hold dots), the key and the claim's secret owner.
-func claimHandle(tool string, h *guard.Held) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + h.Key + "." + h.Owner
+// commitsRequest is the body of POST /v1/commits/next.
+type commitsRequest struct {
+	// Tools are the irreversible tools run by their caller that the worker
+	// serves.
+	Tools []string `json:"tools"`
+	// WaitSeconds: how long to wait for a commit when there is none now
+	// (0 to 30). Default 0.
+	WaitSeconds float64 `json:"wait_seconds"`
 }
 
-// heldClaim reads a claim handle back: the tool (run by its caller), the
-// key and the owner.
-func (g *Gateway) heldClaim(handle string) (*airlock.Tool, string, string, error) {
-	bad := airlock.FieldErrorf(airlock.CodeInvalidArgument, "claim", "not a claim handle this server gave: use the claim of POST /v1/claims' execute answer as it came")
+// maxCommitWait bounds a worker's long poll.
+const maxCommitWait = 30 * time.Second
+
+// handleNextCommit is POST /v1/commits/next: a worker in the caller's
+// process asks for the next approved plan of the tools it serves; it gets
+// the plan and a held claim of its work (execute), or idle.
+func (g *Gateway) handleNextCommit(w http.ResponseWriter, r *http.Request) {
+	var req commitsRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	tools, err := g.workerTools(&req)
+	if err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	deadline := time.Now().Add(time.Duration(req.WaitSeconds * float64(time.Second)))
+	for {
+		p, held, err := g.plans.NextCallerCommit(r.Context(), tools)
+		if err != nil {
+			writeError(w, g.log, err)
+			return
+		}
+		if held != nil {
+			writeJSON(w, http.StatusOK, map[string]any{
+				"status": StatusExecute, "claim": claimHandle(p.Tool, held, p.ID),
+				"lease_until": held.LeaseUntil.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds(),
+				"plan": map[string]any{"id": p.ID, "tool": p.Tool, "args": p.Args, "run_id": p.RunID},
+			})
+			return
+		}
+		if !time.Now().Before(deadline) {
+			writeJSON(w, http.StatusOK, map[string]any{"status": "idle"})
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
+		}
+	}
+}
+
+// workerTools checks a worker's request: each tool an irreversible tool run
+// by its caller, and a wait within bounds.
+func (g *Gateway) workerTools(req *commitsRequest) ([]*airlock.Tool, error) {
+	if g.plans == nil {
+		return nil, airlock.Errorf(airlock.CodeNotCallable, "plans are not enabled on this server; there are no commits")
+	}
+	var served []string
+	for _, t := range g.m.Tools {
+		if t.RunByCaller() && t.Kind == airlock.KindIrreversible {
+			served = append(served, t.Name)
+		}
+	}
+	if len(req.Tools) == 0 {
+		return nil, airlock.FieldErrorf(airlock.CodeMissingField, "tools", "required: the irreversible tools run by their caller that this worker serves; those are: %s", strings.Join(served, ", "))
+	}
+	if req.WaitSeconds < 0 || req.WaitSeconds > maxCommitWait.Seconds() {
+		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "wait_seconds", "is %v; want 0 to %v", req.WaitSeconds, maxCommitWait.Seconds())
+	}
+	tools := make([]*airlock.Tool, 0, len(req.Tools))
+	for i, name := range req.Tools {
+		t := g.m.Tool(name)
+		if t == nil || !t.RunByCaller() || t.Kind != airlock.KindIrreversible {
+			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, fmt.Sprintf("tools[%d]", i), "%q is not an irreversible tool run by its caller; those are: %s", name, strings.Join(served, ", "))
+		}
+		tools = append(tools, t)
+	}
+	return tools, nil
+}
+
+// claimHandle is the opaque handle of a held claim: the tool (base64url,
+// since a tool's name may hold dots), the key, the claim's secret owner
+// and, for a plan's commit, the plan's id.
+func claimHandle(tool string, h *guard.Held, planID string) string {
+	handle := base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + h.Key + "." + h.Owner
+	if planID != "" {
+		handle += "." + planID
+	}
+	return handle
+}
+
+// held is a claim handle read back.
+type held struct {
+	tool       *airlock.Tool // run by its caller
+	key, owner string
+	planID     string // a plan's commit; empty for a call
+}
+
+// heldClaim reads a claim handle back.
+func (g *Gateway) heldClaim(handle string) (*held, error) {
+	bad := airlock.FieldErrorf(airlock.CodeInvalidArgument, "claim", "not a claim handle this server gave: use the claim of an execute answer as it came")
 	parts := strings.Split(handle, ".")
-	if len(parts) != 3 || parts[1] == "" || len(parts[1]) > airlock.MaxKeyBytes || !strings.HasPrefix(parts[2], claimPrefix) {
-		return nil, "", "", bad
+	if len(parts) < 3 || len(parts) > 4 || parts[1] == "" || len(parts[1]) > airlock.MaxKeyBytes || !strings.HasPrefix(parts[2], claimPrefix) {
+		return nil, bad
 	}
 	name, err := base64.RawURLEncoding.DecodeString(parts[0])
 	if err != nil {
-		return nil, "", "", bad
+		return nil, bad
 	}
-	r := g.routes[string(name)]
-	if r == nil || r.kind != routeCaller {
-		return nil, "", "", bad
+	tool := g.m.Tool(string(name))
+	if tool == nil || !tool.RunByCaller() || (tool.Kind == airlock.KindIrreversible) != (len(parts) == 4) {
+		return nil, bad
 	}
-	return r.tool, parts[1], parts[2], nil
+	h := &held{tool: tool, key: parts[1], owner: parts[2]}
+	if len(parts) == 4 {
+		h.planID = parts[3]
+	}
+	return h, nil
 }
 
 // handleRenew is POST /v1/claims/{claim}/renew: the holder is still
 // running the work.
 func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
-	_, key, owner, err := g.heldClaim(r.PathValue("claim"))
+	h, err := g.heldClaim(r.PathValue("claim"))
 	if err != nil {
 		writeError(w, g.log, err)
 		return
 	}
-	until, err := g.guard.Renew(r.Context(), key, owner)
+	until, err := g.guard.Renew(r.Context(), h.key, h.owner)
 	if err != nil {
 		writeError(w, g.log, err)
 		return
@@ -156,11 +258,12 @@ const maxOutcomeError = 4096
 // handleComplete is POST /v1/claims/{claim}/complete: the holder reports
 // the work's outcome and gets the answer the first call gets.
 func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
-	tool, key, owner, err := g.heldClaim(r.PathValue("claim"))
+	h, err := g.heldClaim(r.PathValue("claim"))
 	if err != nil {
 		writeError(w, g.log, err)
 		return
 	}
+	tool := h.tool
 	var req completeRequest
 	if err := g.decodeBody(w, r, &req); err != nil {
 		writeError(w, g.log, err)
@@ -175,9 +278,13 @@ func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
 	if g.tracer != nil {
 		ctx = g.tracer.Continue(ctx, r.Header.Get("traceparent"), r.Header.Get("tracestate"))
 	}
-	a, err := g.guard.Finish(ctx, tool, key, owner, out)
+	a, err := g.guard.Finish(ctx, tool, h.key, h.owner, out)
 	if g.metrics != nil {
 		g.metrics.Call(tool.Name, tool.Kind, a, err)
+	}
+	if err == nil && h.planID != "" && g.plans != nil {
+		// The plan follows its work's record.
+		err = g.plans.FinishCallerCommit(ctx, h.planID, tool, a)
 	}
 	if err != nil {
 		writeError(w, g.log, err)

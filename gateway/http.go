@@ -38,6 +38,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("POST /v1/claims", g.require(agents, http.HandlerFunc(g.handleClaim)))
 	mux.Handle("POST /v1/claims/{claim}/renew", g.require(agents, http.HandlerFunc(g.handleRenew)))
 	mux.Handle("POST /v1/claims/{claim}/complete", g.require(agents, http.HandlerFunc(g.handleComplete)))
+	mux.Handle("POST /v1/commits/next", g.require(agents, http.HandlerFunc(g.handleNextCommit)))
 	mux.Handle("GET /v1/tools", g.require(readers, http.HandlerFunc(g.handleTools)))
 	mux.Handle("GET /v1/records", g.require(readers, http.HandlerFunc(g.handleRecords)))
 	mux.Handle("GET /v1/records/{key}", g.require(readers, http.HandlerFunc(g.handleRecord)))

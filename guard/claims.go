@@ -38,16 +38,34 @@ func (g *Guard) Claim(ctx context.Context, c *airlock.Call) (*Held, *airlock.Ans
 	if err != nil {
 		return nil, nil, err
 	}
-	var secret [16]byte
-	_, _ = rand.Read(secret[:])
-	p := &prepared{
+	return g.claimFor(ctx, &prepared{
 		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
 		args: c.Args, hash: d.ArgsHash(c.Tool, c.Args),
 		expiresAt: g.expiresAt(d, start), start: start,
-		owner: "claim-" + hex.EncodeToString(secret[:]),
+	})
+}
+
+// ClaimKeyed is Claim for work whose key is given (an approved plan's,
+// committed by a worker in its caller's process); a running claim is
+// answered in progress at once, without waiting.
+func (g *Guard) ClaimKeyed(ctx context.Context, kc *airlock.KeyedCall) (*Held, *airlock.Answer, error) {
+	if kc.Tool == nil || kc.Key == "" {
+		return nil, nil, airlock.Errorf(airlock.CodeInvalidArgument, "a keyed claim needs its tool and key")
 	}
-	if rw := c.Tool.RespondWithinOr(); rw > 0 {
-		p.deadline = start.Add(rw)
+	now := g.clock.Now()
+	return g.claimFor(ctx, &prepared{
+		tool: kc.Tool, key: kc.Key, runID: kc.RunID, windowID: "keyed",
+		args: kc.Args, hash: airlock.ArgsHash(kc.Args.JSON()), expiresAt: kc.ExpiresAt, start: now, deadline: now,
+	})
+}
+
+// claimFor claims p's work for a caller, with an owner that is its secret.
+func (g *Guard) claimFor(ctx context.Context, p *prepared) (*Held, *airlock.Answer, error) {
+	var secret [16]byte
+	_, _ = rand.Read(secret[:])
+	p.owner = "claim-" + hex.EncodeToString(secret[:])
+	if rw := p.tool.RespondWithinOr(); rw > 0 && p.deadline.IsZero() {
+		p.deadline = p.start.Add(rw)
 	}
 	rec, a, err := g.begin(ctx, p)
 	if rec == nil {

@@ -371,6 +371,9 @@ func (g *Guard) claim(ctx context.Context, p *prepared) (*airlock.Record, *airlo
 			// Owners are unique to a call, so nobody else holds it.
 			return rec, nil, nil
 		}
+		if taken := g.takeOver(ctx, p, rec, c); taken != nil {
+			return taken, nil, nil
+		}
 		a, err := g.answerExisting(ctx, p, rec)
 		// The first call released its claim (its request was never sent):
 		// this call may do the work.
@@ -382,6 +385,21 @@ func (g *Guard) claim(ctx context.Context, p *prepared) (*airlock.Record, *airlo
 		}
 		return nil, a, err
 	}
+}
+
+// takeOver takes the expired claim of a tool run by its caller that
+// honours keys (its holder vanished; the reaper left it): this call runs
+// the work again with the same key, which the caller's service runs once.
+// Nil when the record is no such claim, or another caller was first.
+func (g *Guard) takeOver(ctx context.Context, p *prepared, rec *airlock.Record, c *airlock.Claim) *airlock.Record {
+	if rec == nil || rec.State != airlock.StateRunning || !p.tool.RunByCaller() || !p.tool.HonorsKey || !rec.LeaseUntil.Before(c.Now) {
+		return nil
+	}
+	taken, ok, err := g.store.TakeOver(ctx, &airlock.TakeOverParams{Key: rec.Key, Owner: c.Owner, Now: c.Now, LeaseUntil: c.LeaseUntil})
+	if err != nil || !ok {
+		return nil
+	}
+	return taken
 }
 
 // await runs the claimed call's side effect to its end in the background

@@ -24,6 +24,14 @@ type ReaperConfig struct {
 	// Redrive lets the reaper re-drive expired records. Default: none
 	// (expired records go to in_doubt).
 	Redrive Redriver
+	// Leave names the expired records the reaper leaves running for a while
+	// (at most TakeOverWindow past their lease), for their callers to take
+	// over with the same key (Claim does): claims of a tool run by its
+	// caller that honours keys. Default: none.
+	Leave func(rec *airlock.Record) bool
+	// TakeOverWindow is how long past its lease a left record waits to be
+	// taken over before it goes in doubt. Default: ten leases.
+	TakeOverWindow time.Duration
 	// Reconciler asks the reconcile_with read tool of an in-doubt record's
 	// tool whether the work happened; the reaper then settles the record.
 	// Default: none (in-doubt records wait for a person).
@@ -45,6 +53,8 @@ type ReaperConfig struct {
 type Reaper struct {
 	g          *Guard
 	redrive    Redriver
+	leave      func(rec *airlock.Record) bool
+	takeOver   time.Duration
 	reconciler airlock.Reconciler
 	schedule   *reconcileSchedule // when each in-doubt record is asked about again
 	log        *slog.Logger
@@ -57,8 +67,11 @@ func NewReaper(g *Guard, cfg *ReaperConfig) *Reaper {
 	if cfg == nil {
 		cfg = &ReaperConfig{}
 	}
-	r := &Reaper{g: g, redrive: cfg.Redrive, reconciler: cfg.Reconciler,
+	r := &Reaper{g: g, redrive: cfg.Redrive, leave: cfg.Leave, takeOver: cfg.TakeOverWindow, reconciler: cfg.Reconciler,
 		schedule: newReconcileSchedule(cfg.ReconcileBackoff), log: cfg.Logger}
+	if r.takeOver <= 0 {
+		r.takeOver = 10 * g.lease
+	}
 	interval := cfg.Interval
 	if interval <= 0 {
 		interval = time.Second
@@ -105,6 +118,9 @@ func (r *Reaper) Reap(ctx context.Context) (ReapStats, error) {
 		return st, err
 	}
 	for _, rec := range recs {
+		if r.leave != nil && now.Before(rec.LeaseUntil.Add(r.takeOver)) && r.leave(rec) {
+			continue
+		}
 		if r.redrive != nil {
 			if tool, fn, ok := r.redrive(rec); ok && tool.HonorsKey {
 				owner := r.g.newOwner()

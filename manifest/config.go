@@ -43,6 +43,9 @@ func (m *Manifest) Prepare() error {
 			if u, ok := m.Upstreams[t.Upstream.Name]; ok {
 				t.HonorsKey = u.HonorsIdempotencyKey
 			}
+			if t.Upstream.Caller {
+				t.HonorsKey = t.Upstream.HonorsIdempotencyKey
+			}
 		}
 	}
 	return m.Validate()
@@ -662,10 +665,13 @@ func (m *Manifest) checkUpstream(t *airlock.Tool, p string) []airlock.Problem {
 		switch {
 		case t.Upstream.Name != "" || t.Upstream.Path != "" || t.Upstream.Tool != "":
 			v.add(p+".upstream", "tool %s: a tool run by its caller (caller: true) names no upstream, path or tool", t.Name)
-		case t.Kind != airlock.KindWrite:
-			v.add(p+".upstream.caller", "tool %s: caller: true is for write tools (the caller runs each piece of work once through the claims API); %s tools are not", t.Name, t.Kind)
+		case t.Kind == airlock.KindRead:
+			v.add(p+".upstream.caller", "tool %s: caller: true is for write and irreversible tools (the caller runs each piece of work once through the claims API); a read tool has nothing to guard", t.Name)
 		}
 		return v.problems
+	}
+	if t.Upstream.HonorsIdempotencyKey {
+		v.add(p+".upstream.honors_idempotency_key", "tool %s: only a tool run by its caller says this on the tool; for an upstream, say it on the upstream (upstreams.%s.honors_idempotency_key)", t.Name, t.Upstream.Name)
 	}
 	u, ok := m.Upstreams[t.Upstream.Name]
 	if !ok {

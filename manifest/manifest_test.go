@@ -157,7 +157,7 @@ func TestParseErrors(t *testing.T) {
 		{"a caller's tool naming an upstream", "    window: business_day\n", "    window: business_day\n    upstream: {caller: true, name: payments}\n", "test.yaml:",
 			[]string{"tools[1].upstream", "names no upstream"}},
 		{"a read tool run by its caller", "    input_schema: {type: object, properties: {record_id: {type: string}}}\n  - name: approve", "    input_schema: {type: object, properties: {record_id: {type: string}}}\n    upstream: {caller: true}\n  - name: approve", "test.yaml:",
-			[]string{"tools[0].upstream.caller", "for write tools"}},
+			[]string{"tools[0].upstream.caller", "a read tool has nothing to guard"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -476,6 +476,9 @@ func (s *Service) commit(ctx context.Context, id string) error {
 		_, err := s.cfg.Store.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: id, From: []airlock.PlanStatus{airlock.PlanApproved, airlock.PlanCommitting}, To: airlock.PlanFailed, Error: "the tool is no longer in the manifest", At: s.clock.Now()})
 		return err
 	}
+	if tool.RunByCaller() {
+		return nil // a worker in the caller's process commits it (NextCallerCommit)
+	}
 	c, ok := s.cfg.Callers(tool)
 	if !ok {
 		return fmt.Errorf("plan: tool %s has no upstream", tool.Name)
@@ -502,6 +505,12 @@ func (s *Service) commit(ctx context.Context, id string) error {
 		}
 		return err
 	}
+	return s.settleCommit(ctx, id, tool, ans)
+}
+
+// settleCommit records a commit's answer on its plan: committed, failed or
+// in doubt; ErrRetry while the work still runs elsewhere.
+func (s *Service) settleCommit(ctx context.Context, id string, tool *airlock.Tool, ans *airlock.Answer) error {
 	status, errText := airlock.PlanCommitted, ""
 	switch ans.Status {
 	case airlock.StatusSucceeded:
@@ -512,7 +521,7 @@ func (s *Service) commit(ctx context.Context, id string) error {
 	default:
 		return ErrRetry
 	}
-	_, err = s.cfg.Store.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: id, From: []airlock.PlanStatus{airlock.PlanCommitting, airlock.PlanApproved}, To: status, Result: ans.Result, Error: errText, At: s.clock.Now()})
+	_, err := s.cfg.Store.SetPlanStatus(ctx, &airlock.SetPlanStatusParams{ID: id, From: []airlock.PlanStatus{airlock.PlanCommitting, airlock.PlanApproved}, To: status, Result: ans.Result, Error: errText, At: s.clock.Now()})
 	return err
 }
 

@@ -204,6 +204,12 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	})
 	a.Reaper = guard.NewReaper(a.Guard, &guard.ReaperConfig{
 		Interval: reapInterval(cfg), Redrive: a.redrive, Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff,
+		// A vanished caller's claim of a tool that honours keys is taken
+		// over by the next caller (or worker) with the same key.
+		Leave: func(rec *airlock.Record) bool {
+			t := m.Tool(rec.Tool)
+			return t != nil && t.RunByCaller() && t.HonorsKey
+		},
 	})
 	var noticeSecret []byte
 	if n := m.Notify; n.SecretEnv != "" {
