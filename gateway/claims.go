@@ -59,10 +59,7 @@ func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
 		if g.metrics != nil && req.RunID != "" {
 			g.metrics.RunCall(req.Tool, req.RunID)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{
-			"status": StatusExecute, "claim": claimHandle(req.Tool, held, ""),
-			"lease_until": held.LeaseUntil.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds(),
-		})
+		writeJSON(w, http.StatusOK, g.executeAnswer(g.m.Tool(req.Tool), held, nil))
 	default:
 		writeJSON(w, http.StatusOK, AnswerObject(a))
 	}
@@ -130,11 +127,7 @@ func (g *Gateway) handleNextCommit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if held != nil {
-			writeJSON(w, http.StatusOK, map[string]any{
-				"status": StatusExecute, "claim": claimHandle(p.Tool, held, p.ID),
-				"lease_until": held.LeaseUntil.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds(),
-				"plan": map[string]any{"id": p.ID, "tool": p.Tool, "args": p.Args, "run_id": p.RunID},
-			})
+			writeJSON(w, http.StatusOK, g.executeAnswer(g.m.Tool(p.Tool), held, p))
 			return
 		}
 		if !time.Now().Before(deadline) {
@@ -176,6 +169,27 @@ func (g *Gateway) workerTools(req *commitsRequest) ([]*airlock.Tool, error) {
 		tools = append(tools, t)
 	}
 	return tools, nil
+}
+
+// executeAnswer tells the caller that now holds a claim to run the work:
+// its handle and lease; for a tool that honours keys, the key to pass to
+// its service; for a plan's commit, the plan (its id, tool and arguments).
+func (g *Gateway) executeAnswer(tool *airlock.Tool, h *guard.Held, p *airlock.Plan) map[string]any {
+	planID := ""
+	if p != nil {
+		planID = p.ID
+	}
+	out := map[string]any{
+		"status": StatusExecute, "claim": claimHandle(tool.Name, h, planID),
+		"lease_until": h.LeaseUntil.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds(),
+	}
+	if tool.HonorsKey {
+		out["idempotency_key"] = h.Key
+	}
+	if p != nil {
+		out["plan"] = map[string]any{"id": p.ID, "tool": p.Tool, "args": p.Args, "run_id": p.RunID}
+	}
+	return out
 }
 
 // claimHandle is the opaque handle of a held claim: the tool (base64url,

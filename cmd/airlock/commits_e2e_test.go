@@ -51,9 +51,17 @@ func TestE2ECallerCommits(t *testing.T) {
 	t.Parallel()
 	srv := start(t, tokenEnv, bin(t, "airlock"), "serve", "--config", commitsManifest(t), "--db", "sqlite:"+filepath.Join(t.TempDir(), "a.db"),
 		"--listen", freeAddr(t), "--lease", "1s")
+	client := specChecked(t) // the claims and commits answers as docs/openapi.yaml describes them
 	call := func(token, method, path, body string) (int, map[string]any) {
 		t.Helper()
-		return apiCall(t, method, srv.url()+path, token, body)
+		if !strings.HasPrefix(path, "/v1/c") { // calls, claims, commits: in the document
+			return apiCall(t, method, srv.url()+path, token, body)
+		}
+		status, a, err := tryAPICallWith(client, method, srv.url()+path, token, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status, a
 	}
 	next := func(tools string, wait float64) map[string]any {
 		t.Helper()
@@ -129,7 +137,8 @@ func TestE2ECallerCommits(t *testing.T) {
 	}
 	// (The first worker dies here: no renewal, no completion.)
 	second := next(`["pay_out"]`, 15)
-	if second["status"] != "execute" || second["plan"].(map[string]any)["id"] != id2 || keyOf(second) != keyOf(first) || second["claim"] == first["claim"] {
+	if second["status"] != "execute" || second["plan"].(map[string]any)["id"] != id2 || keyOf(second) != keyOf(first) || second["claim"] == first["claim"] ||
+		second["idempotency_key"] != keyOf(first) {
 		t.Fatalf("the next worker: %v; want the same plan's work, taken over with the same key", second)
 	}
 	if status, a := call(agentToken, "POST", "/v1/claims/"+first["claim"].(string)+"/complete", `{"outcome":"succeeded"}`); status != 409 || code(a) != "lease_lost" {
@@ -144,7 +153,7 @@ func TestE2ECallerCommits(t *testing.T) {
 	// plan goes in doubt, and no worker is given it again.
 	_, a = call(agentToken, "POST", "/v1/calls", `{"tool":"plan_wire_out","args":{"record_id":"W-1","amount":5}}`)
 	id3 := a["plan"].(map[string]any)["id"].(string)
-	if w := next(`["wire_out"]`, 5); w["status"] != "execute" {
+	if w := next(`["wire_out"]`, 5); w["status"] != "execute" || w["idempotency_key"] != nil {
 		t.Fatalf("wire_out's work: %v", w)
 	}
 	deadline := time.Now().Add(20 * time.Second)
