@@ -3,6 +3,7 @@ AIRLOCK_BIN), on embedded SQLite in a temporary directory, on a free port."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -13,11 +14,13 @@ import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 AGENT_TOKEN = "py-agent-secret"
+APPROVER_TOKEN = "py-approver-secret"
 
 MANIFEST = """version: 1
 auth:
   tokens:
     - {name: py-agent, role: agent, env: PY_AGENT}
+    - {name: py-approver, role: approver, env: PY_APPROVER}
 upstreams:
   elsewhere: {http: "http://127.0.0.1:1"}
 tools:
@@ -37,6 +40,22 @@ tools:
     max_calls_per_run: 1
     upstream: {caller: true}
     answers: {undo: "Yes.", approver: "No one.", on_repeat: "The first note."}
+  - name: pay_out
+    kind: irreversible
+    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {caller: true, honors_idempotency_key: true}
+    answers: {undo: "No.", approver: "A person above 100, else automatic.", on_repeat: "The first payout."}
+    approval: {rules: [{name: small, when: "args.amount < 100", decide: auto}, {name: large, when: "true", decide: human}]}
+  - name: wire_out
+    kind: irreversible
+    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {caller: true}
+    answers: {undo: "No.", approver: "Automatic.", on_repeat: "The first wire."}
+    approval: {rules: [{name: all, when: "true", decide: auto}]}
   - name: add_note
     kind: write
     input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
@@ -68,7 +87,7 @@ class Server:
         with open(manifest, "w") as f:
             f.write(MANIFEST)
         self.url = f"http://127.0.0.1:{_free_port()}"
-        env = dict(os.environ, PY_AGENT=AGENT_TOKEN)
+        env = dict(os.environ, PY_AGENT=AGENT_TOKEN, PY_APPROVER=APPROVER_TOKEN)
         self.log = open(os.path.join(self.dir, "serve.log"), "w")
         self.proc = subprocess.Popen(
             [_binary(self.dir), "serve", "--config", manifest, "--db", "sqlite:" + os.path.join(self.dir, "a.db"),
@@ -84,6 +103,14 @@ class Server:
                     self.stop()
                     raise RuntimeError("airlock serve did not start; see " + self.log.name)
                 time.sleep(0.05)
+
+    def api(self, method: str, path: str, token: str, body: "dict | None" = None) -> dict:
+        """A request to the HTTP API (approvals, plans), as a person would make it."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -46,7 +46,10 @@ __all__ = [
     "Answer",
     "Client",
     "Failure",
+    "Worker",
     "guarded",
+    "idempotency_key",
+    "plan",
     "run",
     "wrap",
 ]
@@ -86,6 +89,15 @@ class AirlockError(Exception):
 
 
 _run: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("airlock_run", default=None)
+_key: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("airlock_key", default=None)
+
+
+def idempotency_key() -> Optional[str]:
+    """Inside a guarded function or a worker's handler of a tool that honours
+    keys (``honors_idempotency_key``): airlock's key for this work, to pass
+    to the service (its ``Idempotency-Key``), so that work taken over after
+    its first holder vanished runs once there. None otherwise."""
+    return _key.get()
 
 
 @contextlib.contextmanager
@@ -161,12 +173,16 @@ class Client:
                     answer = await asyncio.to_thread(self.claim, tool, kwargs, rid)
                     if answer.get("status") != "execute":
                         return answer
-                    with _Renewal(self, answer):
-                        try:
-                            value = await fn(**kwargs)
-                        except BaseException as e:  # noqa: BLE001 - every outcome is recorded
-                            return await asyncio.to_thread(self._fail, answer["claim"], e, failures)
-                    return await asyncio.to_thread(self._succeed, answer["claim"], value)
+                    token = _key.set(answer.get("idempotency_key"))
+                    try:
+                        with _Renewal(self, answer):
+                            try:
+                                value = await fn(**kwargs)
+                            except BaseException as e:  # noqa: BLE001 - every outcome is recorded
+                                return await asyncio.to_thread(self._fail, answer["claim"], e, failures)
+                        return await asyncio.to_thread(self._succeed, answer["claim"], value)
+                    finally:
+                        _key.reset(token)
 
                 return run_async  # type: ignore[return-value]
 
@@ -176,16 +192,41 @@ class Client:
                 answer = self.claim(tool, kwargs, _run_id(run_id))
                 if answer.get("status") != "execute":
                     return answer
-                with _Renewal(self, answer):
-                    try:
-                        value = fn(**kwargs)
-                    except BaseException as e:  # noqa: BLE001 - every outcome is recorded
-                        return self._fail(answer["claim"], e, failures)
-                return self._succeed(answer["claim"], value)
+                return self._execute(answer, lambda: fn(**kwargs), failures)
 
             return run_sync  # type: ignore[return-value]
 
         return decorate
+
+    def _execute(self, held: Answer, call: Callable[[], Any], failures: Tuple[Type[BaseException], ...]) -> Answer:
+        """Runs the work of a held claim, renewing its lease, and completes it."""
+        token = _key.set(held.get("idempotency_key"))
+        try:
+            with _Renewal(self, held):
+                try:
+                    value = call()
+                except BaseException as e:  # noqa: BLE001 - every outcome is recorded
+                    return self._fail(held["claim"], e, failures)
+            return self._succeed(held["claim"], value)
+        finally:
+            _key.reset(token)
+
+    # -- irreversible tools: plans and workers ------------------------------
+
+    def plan(self, tool: str, run_id: Optional[str] = None, **args: Any) -> Answer:
+        """Proposes irreversible work (``plan_TOOL``): the answer carries the
+        plan (its id and status). Rules, or a person, approve it; a Worker
+        serving the tool then runs it once. Proposing the same work again
+        answers with the same plan."""
+        body: Dict[str, Any] = {"tool": "plan_" + tool, "args": args}
+        rid = _run_id(run_id)
+        if rid:
+            body["run_id"] = rid
+        return self._post("/v1/calls", body)
+
+    def next_commit(self, tools: "list[str]", wait_seconds: float = 0) -> Answer:
+        """POST /v1/commits/next: execute (with the plan) or idle."""
+        return self._post("/v1/commits/next", {"tools": list(tools), "wait_seconds": wait_seconds})
 
     def wrap(self, fn: Callable[..., Any], tool: str, **options: Any) -> Callable[..., Answer]:
         """``guarded`` for a function you do not define (an existing tool's
@@ -236,6 +277,58 @@ class Client:
                 raise AirlockError("internal", f"HTTP {e.code}: {raw[:200]!r}", "", e.code) from None
         except (urllib.error.URLError, OSError) as e:
             raise AirlockError("store_unavailable", f"airlock at {self.url} could not be reached: {e}; nothing was run", "", 0) from None
+
+
+class Worker:
+    """Runs the approved plans of irreversible tools run by their caller, in
+    this process: each plan's work once, only after approval::
+
+        worker = airlock.Worker({"pay_out": pay_out})   # handlers get the plan's arguments
+        worker.run()                                     # until stop() (or a signal)
+
+    A handler's return value is the plan's result; ``airlock.Failure`` (or
+    ``failures=``) records a failure; any other exception leaves the plan in
+    doubt. For a tool that honours keys, ``airlock.idempotency_key()`` inside
+    the handler is the key to pass to the service: a commit whose worker was
+    killed is given to the next worker with the same key."""
+
+    def __init__(self, handlers: Dict[str, Callable[..., Any]], *, client: Optional[Client] = None,
+                 failures: Tuple[Type[BaseException], ...] = (Failure,), wait_seconds: float = 20):
+        if not handlers:
+            raise ValueError("a Worker needs at least one handler: {tool name: function}")
+        self.handlers = dict(handlers)
+        self.client = client or _client()
+        self.failures = failures
+        self.wait_seconds = wait_seconds
+        self._stop = threading.Event()
+
+    def run_once(self, wait_seconds: Optional[float] = None) -> Optional[Answer]:
+        """Runs the next approved plan's work, waiting up to wait_seconds for
+        one; its answer, or None when there was none."""
+        wait = self.wait_seconds if wait_seconds is None else wait_seconds
+        work = self.client.next_commit(sorted(self.handlers), wait)
+        if work.get("status") != "execute":
+            return None
+        plan = work["plan"]
+        handler = self.handlers[plan["tool"]]
+        return self.client._execute(work, lambda: handler(**plan["args"]), self.failures)
+
+    def run(self) -> None:
+        """Runs plans until stop(). airlock unreachable: waits and asks again."""
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+                delay = 0.5
+            except AirlockError as e:
+                if e.status not in (0, 503):
+                    raise
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def stop(self) -> None:
+        """Ends run() after the plan in hand, if any."""
+        self._stop.set()
 
 
 class _Renewal:
@@ -320,3 +413,8 @@ def guarded(tool: str, **options: Any) -> Callable[[F], F]:
 def wrap(fn: Callable[..., Any], tool: str, **options: Any) -> Callable[..., Answer]:
     """``guarded`` for an existing callable, on the default client."""
     return guarded(tool, **options)(fn)
+
+
+def plan(tool: str, run_id: Optional[str] = None, **args: Any) -> Answer:
+    """``Client().plan`` on the default client."""
+    return _client().plan(tool, run_id, **args)
