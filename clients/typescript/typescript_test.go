@@ -58,5 +58,5 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Logf("node %v:\n%s", args, out)
 	}
 	run("node_modules/typescript/bin/tsc", "-p", ".")
-	run("--test", "test/guarded.test.mjs")
+	run("--test", "test/guarded.test.mjs", "test/plans.test.mjs")
 }

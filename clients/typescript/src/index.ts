@@ -35,6 +35,18 @@ export interface Execute {
   claim: string;
   lease_until: string;
   lease_seconds: number;
+  /** For a tool that honours keys: the key to pass to its service. */
+  idempotency_key?: string;
+  /** For a plan's commit: the plan whose work this is. */
+  plan?: { id: string; tool: string; args: Record<string, unknown>; run_id?: string };
+}
+
+/** What a guarded function or a worker's handler is told besides the arguments. */
+export interface WorkContext {
+  /** For a tool that honours keys (honors_idempotency_key): airlock's key, to pass to the service. */
+  idempotencyKey?: string;
+  /** For a plan's commit: the plan's id. */
+  planId?: string;
 }
 
 /** Throw it when the work definitively did not happen: the record is failed, and repeats get the same failure. */
@@ -138,7 +150,7 @@ export class Client {
    */
   guarded<A extends Record<string, unknown>, R>(
     tool: string,
-    fn: (args: A) => R | Promise<R>,
+    fn: (args: A, work: WorkContext) => R | Promise<R>,
     opts: GuardOptions = {},
   ): (args: A, ...rest: unknown[]) => Promise<Answer> {
     const failures = opts.failures ?? [Failure];
@@ -146,21 +158,80 @@ export class Client {
       const runId = typeof opts.runId === "function" ? opts.runId() : (opts.runId ?? env("AIRLOCK_RUN"));
       const answer = await this.claim(tool, args, runId || undefined);
       if (answer.status !== "execute") return answer as Answer;
-      const held = answer as Execute;
-      const renewal = this.renewEvery(held);
+      return this.execute(answer as Execute, () => fn(args, { idempotencyKey: (answer as Execute).idempotency_key }), failures);
+    };
+  }
+
+  /** Runs the work of a held claim, renewing its lease, and completes it. */
+  private async execute(held: Execute, run: () => unknown, failures: ErrorClass[]): Promise<Answer> {
+    const renewal = this.renewEvery(held);
+    try {
+      let value: unknown;
       try {
-        let value: unknown;
-        try {
-          value = await fn(args);
-        } catch (e) {
-          const definitive = failures.some((F) => e instanceof F);
-          const text = e instanceof Error ? (definitive ? e.message : `${e.name}: ${e.message}`) : String(e);
-          return await this.finish(held.claim, definitive ? "failed" : "unknown", undefined, text || "failed");
-        }
-        return await this.finish(held.claim, "succeeded", storable(value));
-      } finally {
-        clearInterval(renewal);
+        value = await run();
+      } catch (e) {
+        const definitive = failures.some((F) => e instanceof F);
+        const text = e instanceof Error ? (definitive ? e.message : `${e.name}: ${e.message}`) : String(e);
+        return await this.finish(held.claim, definitive ? "failed" : "unknown", undefined, text || "failed");
       }
+      return await this.finish(held.claim, "succeeded", storable(value));
+    } finally {
+      clearInterval(renewal);
+    }
+  }
+
+  /**
+   * Proposes irreversible work (plan_TOOL): the answer carries the plan (its
+   * id and status). Rules, or a person, approve it; a worker serving the tool
+   * then runs it once. Proposing the same work again answers with the same plan.
+   */
+  plan(tool: string, args: Record<string, unknown>, runId?: string): Promise<Answer> {
+    const run = runId ?? env("AIRLOCK_RUN");
+    return this.post("/v1/calls", run ? { tool: `plan_${tool}`, args, run_id: run } : { tool: `plan_${tool}`, args });
+  }
+
+  /** POST /v1/commits/next: a plan's work to run (Execute with its plan), or idle. */
+  nextCommit(tools: string[], waitSeconds = 0): Promise<Execute | { status: "idle" }> {
+    return this.post("/v1/commits/next", { tools, wait_seconds: waitSeconds });
+  }
+
+  /**
+   * A worker for the approved plans of irreversible tools run by their caller:
+   * each plan's work runs once, in this process, only after approval. A
+   * handler gets the plan's arguments and a WorkContext (the key, for a tool
+   * that honours keys: a commit whose worker was killed is given to the next
+   * worker with the same key).
+   */
+  worker(handlers: Record<string, Handler>, opts: WorkerOptions = {}): Worker {
+    const tools = Object.keys(handlers).sort();
+    if (tools.length === 0) throw new Error("a worker needs at least one handler: {tool name: function}");
+    const failures = opts.failures ?? [Failure];
+    const wait = opts.waitSeconds ?? 20;
+    let stopped = false;
+    const runOnce = async (waitSeconds = wait): Promise<Answer | undefined> => {
+      const work = await this.nextCommit(tools, waitSeconds);
+      if (work.status !== "execute" || !work.plan) return undefined;
+      const plan = work.plan;
+      const handler = handlers[plan.tool];
+      return this.execute(work, () => handler(plan.args, { idempotencyKey: work.idempotency_key, planId: plan.id }), failures);
+    };
+    return {
+      runOnce,
+      async run() {
+        for (let delay = 500; !stopped; ) {
+          try {
+            await runOnce();
+            delay = 500;
+          } catch (e) {
+            if (!(e instanceof AirlockError) || (e.status !== 0 && e.status !== 503)) throw e;
+            await new Promise((r) => setTimeout(r, delay));
+            delay = Math.min(delay * 2, 10000);
+          }
+        }
+      },
+      stop() {
+        stopped = true;
+      },
     };
   }
 
@@ -227,17 +298,51 @@ function storable(value: unknown): unknown {
   }
 }
 
+/** A worker's handler: the plan's arguments, and what else it is told. */
+export type Handler = (args: Record<string, unknown>, work: WorkContext) => unknown;
+
+export interface WorkerOptions {
+  /** The errors that mean the work definitively did not happen. Default: [Failure]. */
+  failures?: ErrorClass[];
+  /** How long each poll for a commit waits (0 to 30). Default 20. */
+  waitSeconds?: number;
+}
+
+/** Runs approved plans' work; see Client.worker. */
+export interface Worker {
+  /** Runs the next approved plan's work, waiting up to waitSeconds for one; its answer, or undefined. */
+  runOnce(waitSeconds?: number): Promise<Answer | undefined>;
+  /** Runs plans until stop(). */
+  run(): Promise<void>;
+  /** Ends run() after the poll or plan in hand. */
+  stop(): void;
+}
+
 let defaultClient: Client | undefined;
+
+function client(): Client {
+  return (defaultClient ??= new Client());
+}
 
 /** Client.guarded on a client made from AIRLOCK_URL and AIRLOCK_TOKEN when first used. */
 export function guarded<A extends Record<string, unknown>, R>(
   tool: string,
-  fn: (args: A) => R | Promise<R>,
+  fn: (args: A, work: WorkContext) => R | Promise<R>,
   opts?: GuardOptions,
 ): (args: A, ...rest: unknown[]) => Promise<Answer> {
   let inner: ((args: A) => Promise<Answer>) | undefined;
   return (args: A) => {
-    inner ??= (defaultClient ??= new Client()).guarded(tool, fn, opts);
+    inner ??= client().guarded(tool, fn, opts);
     return inner(args);
   };
+}
+
+/** Client.plan on the default client. */
+export function plan(tool: string, args: Record<string, unknown>, runId?: string): Promise<Answer> {
+  return client().plan(tool, args, runId);
+}
+
+/** Client.worker on the default client. */
+export function worker(handlers: Record<string, Handler>, opts?: WorkerOptions): Worker {
+  return client().worker(handlers, opts);
 }

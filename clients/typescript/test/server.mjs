@@ -8,12 +8,14 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const AGENT_TOKEN = "ts-agent-secret";
+export const APPROVER_TOKEN = "ts-approver-secret";
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), process.env.AIRLOCK_REPO ?? "../../..");
 
 const MANIFEST = `version: 1
 auth:
   tokens:
     - {name: ts-agent, role: agent, env: TS_AGENT}
+    - {name: ts-approver, role: approver, env: TS_APPROVER}
 upstreams:
   elsewhere: {http: "http://127.0.0.1:1"}
 tools:
@@ -25,6 +27,22 @@ tools:
     repeat_wait: 20s
     upstream: {caller: true}
     answers: {undo: "Yes, delete the note.", approver: "No one.", on_repeat: "The first note is returned."}
+  - name: pay_out
+    kind: irreversible
+    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {caller: true, honors_idempotency_key: true}
+    answers: {undo: "No.", approver: "A person above 100, else automatic.", on_repeat: "The first payout."}
+    approval: {rules: [{name: small, when: "args.amount < 100", decide: auto}, {name: large, when: "true", decide: human}]}
+  - name: wire_out
+    kind: irreversible
+    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {caller: true}
+    answers: {undo: "No.", approver: "Automatic.", on_repeat: "The first wire."}
+    approval: {rules: [{name: all, when: "true", decide: auto}]}
   - name: add_note
     kind: write
     input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
@@ -45,7 +63,7 @@ function freePort() {
   });
 }
 
-export async function startServer() {
+export async function startServer(lease = "2s") {
   const dir = mkdtempSync(join(tmpdir(), "airlock-ts-"));
   writeFileSync(join(dir, "airlock.yaml"), MANIFEST);
   let bin = process.env.AIRLOCK_BIN;
@@ -55,8 +73,8 @@ export async function startServer() {
   }
   const url = `http://127.0.0.1:${await freePort()}`;
   const log = openSync(join(dir, "serve.log"), "w");
-  const proc = spawn(bin, ["serve", "--config", join(dir, "airlock.yaml"), "--db", "sqlite:" + join(dir, "a.db"), "--listen", url.slice(7), "--lease", "2s"],
-    { env: { ...process.env, TS_AGENT: AGENT_TOKEN }, stdio: ["ignore", log, log] });
+  const proc = spawn(bin, ["serve", "--config", join(dir, "airlock.yaml"), "--db", "sqlite:" + join(dir, "a.db"), "--listen", url.slice(7), "--lease", lease],
+    { env: { ...process.env, TS_AGENT: AGENT_TOKEN, TS_APPROVER: APPROVER_TOKEN }, stdio: ["ignore", log, log] });
   const deadline = Date.now() + 60000;
   for (;;) {
     try {
@@ -69,6 +87,15 @@ export async function startServer() {
   }
   return {
     url,
+    /** A request to the HTTP API (approvals, plans), as a person would make it. */
+    async api(method, path, token, body) {
+      const resp = await fetch(url + path, {
+        method,
+        headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      return resp.json();
+    },
     async stop() {
       proc.kill("SIGTERM");
       await new Promise((r) => proc.once("exit", r));
