@@ -64,6 +64,29 @@ type Held struct {
 	Claim        string    `json:"claim"`
 	LeaseUntil   time.Time `json:"lease_until"`
 	LeaseSeconds float64   `json:"lease_seconds"`
+	// IdempotencyKey, for a tool that honours keys: pass it to the service.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Plan, for a plan's commit (NextCommit): the plan whose work this is.
+	Plan *CommitPlan `json:"plan,omitempty"`
+}
+
+// CommitPlan is the plan a worker commits.
+type CommitPlan struct {
+	ID    string          `json:"id"`
+	Tool  string          `json:"tool"`
+	Args  json.RawMessage `json:"args"`
+	RunID string          `json:"run_id,omitempty"`
+}
+
+type keyCtx struct{}
+
+// IdempotencyKey is, inside a Func or a Handler of a tool that honours keys
+// (honors_idempotency_key), airlock's key for the work, to pass to the
+// service; work taken over after its first holder vanished then runs once
+// there. Empty otherwise.
+func IdempotencyKey(ctx context.Context) string {
+	k, _ := ctx.Value(keyCtx{}).(string)
+	return k
 }
 
 // Outcome is what a holder reports.
@@ -99,19 +122,24 @@ func (c *Client) Claim(ctx context.Context, tool string, args any, runID string)
 	if runID != "" {
 		body["run_id"] = runID
 	}
-	var out struct {
-		Held
-		airlock.Answer
-		Status string `json:"status"`
-	}
-	if err := c.post(ctx, "/v1/claims", body, &out); err != nil {
+	var raw json.RawMessage
+	if err := c.post(ctx, "/v1/claims", body, &raw); err != nil {
 		return nil, nil, err
 	}
-	if out.Status == "execute" {
-		return &out.Held, nil, nil
+	var status struct {
+		Status string `json:"status"`
 	}
-	out.Answer.Status = airlock.Status(out.Status)
-	return nil, &out.Answer, nil
+	if err := json.Unmarshal(raw, &status); err != nil {
+		return nil, nil, &airlock.Error{Code: airlock.CodeInternal, Err: err, Message: "airlock's answer is not what was expected: " + err.Error()}
+	}
+	if status.Status == "execute" {
+		var h Held
+		err := json.Unmarshal(raw, &h)
+		return &h, nil, err
+	}
+	var a airlock.Answer
+	err := json.Unmarshal(raw, &a)
+	return nil, &a, err
 }
 
 // Renew extends a held claim's lease.
@@ -156,10 +184,16 @@ func (c *Client) Do(ctx context.Context, tool string, args any, runID string, fn
 	if err != nil || held == nil {
 		return a, err
 	}
+	return c.execute(ctx, held, fn)
+}
+
+// execute runs a held claim's work, renewing its lease, and completes it.
+func (c *Client) execute(ctx context.Context, held *Held, fn Func) (*airlock.Answer, error) {
 	stop := c.renewing(held)
-	value, ferr := fn(ctx)
+	value, ferr := fn(context.WithValue(ctx, keyCtx{}, held.IdempotencyKey))
 	stop()
 	var o Outcome
+	var err error
 	switch {
 	case ferr == nil:
 		o.Kind = Succeeded
@@ -171,13 +205,104 @@ func (c *Client) Do(ctx context.Context, tool string, args any, runID string, fn
 	default:
 		o.Kind, o.Error = Unknown, ferr.Error()
 	}
-	a, err = c.Complete(context.WithoutCancel(ctx), held.Claim, o)
+	a, err := c.Complete(context.WithoutCancel(ctx), held.Claim, o)
 	var e *airlock.Error
 	if errors.As(err, &e) && e.Code == airlock.CodeLeaseLost {
 		// The lease ended before the outcome came: the record is in doubt.
 		return &airlock.Answer{Status: airlock.StatusInDoubt, Message: e.Message}, nil
 	}
 	return a, err
+}
+
+// Plan proposes irreversible work (plan_TOOL): the answer carries the plan
+// (its id and status). Rules, or a person, approve it; a Worker serving the
+// tool then runs it once. Proposing the same work again answers with the
+// same plan.
+func (c *Client) Plan(ctx context.Context, tool string, args any, runID string) (*airlock.Answer, error) {
+	body := map[string]any{"tool": "plan_" + tool, "args": args}
+	if runID != "" {
+		body["run_id"] = runID
+	}
+	var a airlock.Answer
+	if err := c.post(ctx, "/v1/calls", body, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// NextCommit asks for the next approved plan of tools (irreversible tools
+// run by their caller), waiting up to wait (at most 30s): the held claim of
+// its work, with its Plan, or nil when there is none.
+func (c *Client) NextCommit(ctx context.Context, tools []string, wait time.Duration) (*Held, error) {
+	var out struct {
+		Held
+		Status string `json:"status"`
+	}
+	if err := c.post(ctx, "/v1/commits/next", map[string]any{"tools": tools, "wait_seconds": wait.Seconds()}, &out); err != nil {
+		return nil, err
+	}
+	if out.Status != "execute" || out.Plan == nil {
+		return nil, nil
+	}
+	return &out.Held, nil
+}
+
+// Handler runs an approved plan's work: args are the plan's arguments.
+// Its error wrapping ErrFailed records a failure; any other leaves the plan
+// in doubt. IdempotencyKey(ctx) is the key, for a tool that honours keys.
+type Handler func(ctx context.Context, args json.RawMessage) (any, error)
+
+// Worker runs the approved plans of irreversible tools run by their caller,
+// in this process: each plan's work once, only after approval.
+type Worker struct {
+	c        *Client
+	handlers map[string]Handler
+	tools    []string
+	// Wait is how long each poll for a commit waits. Default 20s.
+	Wait time.Duration
+}
+
+// Worker makes a worker for handlers, by tool name.
+func (c *Client) Worker(handlers map[string]Handler) *Worker {
+	w := &Worker{c: c, handlers: handlers, Wait: 20 * time.Second}
+	for name := range handlers {
+		w.tools = append(w.tools, name)
+	}
+	return w
+}
+
+// RunOnce runs the next approved plan's work, waiting up to wait for one:
+// its answer, or nil when there was none.
+func (w *Worker) RunOnce(ctx context.Context, wait time.Duration) (*airlock.Answer, error) {
+	held, err := w.c.NextCommit(ctx, w.tools, wait)
+	if err != nil || held == nil {
+		return nil, err
+	}
+	h := w.handlers[held.Plan.Tool]
+	return w.c.execute(ctx, held, func(ctx context.Context) (any, error) { return h(ctx, held.Plan.Args) })
+}
+
+// Run runs plans until ctx ends; while airlock cannot be reached it waits
+// and asks again.
+func (w *Worker) Run(ctx context.Context) error {
+	wait := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		_, err := w.RunOnce(ctx, w.Wait)
+		switch {
+		case err == nil:
+			wait = 500 * time.Millisecond
+			continue
+		case ctx.Err() != nil:
+		case airlock.ErrorCode(err) != airlock.CodeStoreUnavailable:
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+	return nil
 }
 
 // renewing renews the claim about every third of its lease until stopped.

@@ -33,9 +33,20 @@ tools:
     repeat_wait: 10s
     upstream: {caller: true}
     answers: {undo: "Yes, delete the note.", approver: "No one.", on_repeat: "The first note is returned."}
+  - name: pay_out
+    kind: irreversible
+    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {caller: true, honors_idempotency_key: true}
+    answers: {undo: "No.", approver: "A person above 100, else automatic.", on_repeat: "The first payout."}
+    approval: {rules: [{name: small, when: "args.amount < 100", decide: auto}, {name: large, when: "true", decide: human}]}
 `
 
-const agentSecret = "go-agent-secret"
+const (
+	agentSecret    = "go-agent-secret"
+	approverSecret = "go-approver-secret"
+)
 
 // setup serves airlock (the whole app, on SQLite) on a loopback HTTP
 // server, with a one-second lease, and returns a client of it.
@@ -51,7 +62,10 @@ func setupURL(t *testing.T) (*client.Client, string) {
 	a, err := app.New(context.Background(), &app.Config{
 		Manifest: m, DSN: "sqlite:" + filepath.Join(t.TempDir(), "a.db"), Migrate: true,
 		Lease: time.Second, ReapEvery: 50 * time.Millisecond,
-		Tokens: []gateway.Token{{Name: "agent-1", Role: airlock.RoleAgent, SHA256: sha256.Sum256([]byte(agentSecret))}},
+		Tokens: []gateway.Token{
+			{Name: "agent-1", Role: airlock.RoleAgent, SHA256: sha256.Sum256([]byte(agentSecret))},
+			{Name: "alice", Role: airlock.RoleApprover, SHA256: sha256.Sum256([]byte(approverSecret))},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
