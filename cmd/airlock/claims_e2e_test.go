@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,6 +142,41 @@ func TestE2EClaimsAPI(t *testing.T) {
 	}
 	if status, a := post("/v1/calls", `{"tool":"save_note","args":{"record_id":"A","text":"t"}}`); status != 403 || !strings.Contains(fmt.Sprint(a), "claims API") {
 		t.Fatalf("save_note through /v1/calls: %d %v; want 403 naming the claims API", status, a)
+	}
+
+	// The audit log and the metrics count claimed work as any guarded call.
+	// (Answers' events are written a moment after the answer.)
+	key := strings.Split(claim, ".")[1]
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, trail := apiCall(t, "GET", srv.url()+"/v1/audit?key="+key, approverToken, "")
+		kinds := map[string]int{}
+		events, _ := trail["events"].([]any)
+		for _, e := range events {
+			kinds[fmt.Sprint(e.(map[string]any)["kind"])]++
+		}
+		if kinds["claimed"] == 1 && kinds["completed"] == 1 && kinds["repeat_served"] >= 1 && kinds["in_progress_answered"] >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit trail of the claimed work: %v", kinds)
+		}
+	}
+	req, _ := http.NewRequest("GET", srv.url()+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`airlock_tool_calls_total{kind="write",outcome="succeeded",tool="save_note"}`,
+		`airlock_tool_calls_total{kind="write",outcome="in_doubt",tool="save_note"}`,
+		`airlock_repeats_total{state="succeeded",tool="save_note"}`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
 	}
 }
 
