@@ -79,6 +79,13 @@ tools:
     upstream: {name: ledger, path: /pay}
     answers: {undo: "no", approver: "a person", on_repeat: "one payment per record"}
     approval: {rules: [{name: people, when: "true", decide: human}]}
+  - name: save_note
+    kind: write
+    input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
+    natural_key: [{field: record_id}]
+    window: forever
+    upstream: {caller: true}
+    answers: {undo: "yes", approver: "no one", on_repeat: "one note per record"}
 auth:
   tokens:
     - {name: agent-1, role: agent, sha256: "HASH"}
@@ -444,4 +451,35 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+string(b))
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestTraceOfAClaim: a claim continues its caller's trace as a call does
+// (transport "claims", the claim's span its child), and the completion
+// continues the traceparent it is sent with.
+func TestTraceOfAClaim(t *testing.T) {
+	t.Parallel()
+	b := setupTracing(t)
+	claimTrace, doneTrace := "6bf92f3577b34da6a3ce929d0e0e4736", "7bf92f3577b34da6a3ce929d0e0e4736"
+	held := b.post(t, "/v1/claims", agentToken, `{"tool":"save_note","args":{"record_id":"R-1"},"run_id":"run-trace"}`, "00-"+claimTrace+"-"+callerSpan+"-01")
+	if held["status"] != "execute" {
+		t.Fatalf("claim: %v", held)
+	}
+	id, _ := trace.TraceIDFromHex(claimTrace)
+	spans := b.spansOf(id)
+	call := one(t, spans, "execute_tool save_note")
+	if call.Parent().SpanID().String() != callerSpan || !call.Parent().IsRemote() {
+		t.Errorf("the claim's span does not continue the caller's traceparent: parent %v", call.Parent())
+	}
+	wantAttrs(t, call, map[string]string{"gen_ai.tool.name": "save_note", "airlock.transport": "claims"})
+	childOf(t, one(t, spans, airlock.SpanClaim), call)
+	out := b.post(t, "/v1/claims/"+held["claim"].(string)+"/complete", agentToken, `{"outcome":"succeeded","result":{"ok":true}}`, "00-"+doneTrace+"-"+callerSpan+"-01")
+	if out["status"] != "succeeded" {
+		t.Fatalf("complete: %v", out)
+	}
+	id, _ = trace.TraceIDFromHex(doneTrace)
+	done := one(t, b.spansOf(id), airlock.SpanComplete)
+	if done.Parent().SpanID().String() != callerSpan {
+		t.Errorf("the completion's span does not continue its traceparent: parent %v", done.Parent())
+	}
+	wantAttrs(t, done, map[string]string{"airlock.record.state": "succeeded"})
 }
