@@ -42,6 +42,10 @@ func TestTypeScriptClient(t *testing.T) {
 	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(t.TempDir(), "airlock")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/airlock").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -50,7 +54,7 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(node, args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "AIRLOCK_BIN="+bin)
+		cmd.Env = append(os.Environ(), "AIRLOCK_BIN="+bin, "AIRLOCK_REPO="+repo) // the copy finds the tests' manifest there
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("node %v: %v\n%s", args, err, out)

@@ -16,54 +16,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 AGENT_TOKEN = "py-agent-secret"
 APPROVER_TOKEN = "py-approver-secret"
 
-MANIFEST = """version: 1
-auth:
-  tokens:
-    - {name: py-agent, role: agent, env: PY_AGENT}
-    - {name: py-approver, role: approver, env: PY_APPROVER}
-upstreams:
-  elsewhere: {http: "http://127.0.0.1:1"}
-tools:
-  - name: save_note
-    kind: write
-    input_schema: {type: object, properties: {record_id: {type: string}, text: {type: string}}, required: [record_id, text], additionalProperties: false}
-    natural_key: [{field: record_id, normalize: [trim, upper]}, {field: text, normalize: [trim]}]
-    window: forever
-    repeat_wait: 20s
-    upstream: {caller: true}
-    answers: {undo: "Yes, delete the note.", approver: "No one.", on_repeat: "The first note is returned."}
-  - name: limited_note
-    kind: write
-    input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
-    natural_key: [{field: record_id}]
-    window: forever
-    max_calls_per_run: 1
-    upstream: {caller: true}
-    answers: {undo: "Yes.", approver: "No one.", on_repeat: "The first note."}
-  - name: pay_out
-    kind: irreversible
-    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
-    natural_key: [{field: record_id}]
-    window: forever
-    upstream: {caller: true, honors_idempotency_key: true}
-    answers: {undo: "No.", approver: "A person above 100, else automatic.", on_repeat: "The first payout."}
-    approval: {rules: [{name: small, when: "args.amount < 100", decide: auto}, {name: large, when: "true", decide: human}]}
-  - name: wire_out
-    kind: irreversible
-    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
-    natural_key: [{field: record_id}]
-    window: forever
-    upstream: {caller: true}
-    answers: {undo: "No.", approver: "Automatic.", on_repeat: "The first wire."}
-    approval: {rules: [{name: all, when: "true", decide: auto}]}
-  - name: add_note
-    kind: write
-    input_schema: {type: object, properties: {record_id: {type: string}}, required: [record_id]}
-    natural_key: [{field: record_id}]
-    window: forever
-    upstream: {name: elsewhere, path: /note}
-    answers: {undo: "Yes.", approver: "No one.", on_repeat: "The first note."}
-"""
+MANIFEST = os.path.join(ROOT, "clients", "testdata", "airlock.yaml")
 
 
 def _binary(workdir: str) -> str:
@@ -83,11 +36,9 @@ def _free_port() -> int:
 class Server:
     def __init__(self, lease: str = "2s"):
         self.dir = tempfile.mkdtemp(prefix="airlock-py-")
-        manifest = os.path.join(self.dir, "airlock.yaml")
-        with open(manifest, "w") as f:
-            f.write(MANIFEST)
+        manifest = MANIFEST
         self.url = f"http://127.0.0.1:{_free_port()}"
-        env = dict(os.environ, PY_AGENT=AGENT_TOKEN, PY_APPROVER=APPROVER_TOKEN)
+        env = dict(os.environ, CLIENT_AGENT=AGENT_TOKEN, CLIENT_APPROVER=APPROVER_TOKEN)
         self.log = open(os.path.join(self.dir, "serve.log"), "w")
         self.proc = subprocess.Popen(
             [_binary(self.dir), "serve", "--config", manifest, "--db", "sqlite:" + os.path.join(self.dir, "a.db"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,8 +35,11 @@ class InstallTest(unittest.TestCase):
                 self.fail("no Python with pip, setuptools and wheel (Debian: python3-pip python3-setuptools python3-wheel)")
             self.skipTest("no Python with pip, setuptools and wheel")
         with tempfile.TemporaryDirectory() as target, tempfile.TemporaryDirectory() as build:
+            # A copy: setuptools builds in the source tree.
+            source = os.path.join(build, "airlock-client")
+            shutil.copytree(HERE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests", "*.go"))
             subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps",
-                            "--no-index", "--target", target, HERE], check=True, cwd=build, env=CLEAN)
+                            "--no-index", "--target", target, source], check=True, cwd=build, env=CLEAN)
             out = subprocess.run([python, "-c", "import airlock; print(airlock.__file__); print(sorted(airlock.__all__))"],
                                  check=True, capture_output=True, text=True, env=dict(CLEAN, PYTHONPATH=target), cwd=build)
             self.assertTrue(out.stdout.startswith(target), out.stdout)
