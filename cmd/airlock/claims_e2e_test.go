@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,13 +17,7 @@ import (
 // and add_note, a write with an upstream, which is not claimed.
 func claimsManifest(t *testing.T) string {
 	t.Helper()
-	src := `version: 1
-auth:
-  tokens:
-    - {name: agent-1, role: agent, env: E2E_AGENT}
-    - {name: alice, role: approver, env: E2E_APPROVER}
-    - {name: root, role: admin, env: E2E_ADMIN}
-upstreams:
+	return writeManifest(t, `upstreams:
   payments: {http: "http://127.0.0.1:1"}
 tools:
   - name: save_note
@@ -42,12 +35,7 @@ tools:
     window: forever
     upstream: {name: payments, path: /withdrawals/note}
     answers: {undo: "Yes.", approver: "No one.", on_repeat: "The first note is returned."}
-`
-	path := filepath.Join(t.TempDir(), "airlock.yaml")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`)
 }
 
 // TestE2EClaimsAPI: a caller that runs the work itself claims it, renews

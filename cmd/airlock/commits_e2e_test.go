@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,19 +24,7 @@ func commitsManifest(t *testing.T) string {
     approval: {rules: [{name: small, when: "args.amount < 100", decide: auto}, {name: large, when: "true", decide: human}]}
 `, name, honors)
 	}
-	src := `version: 1
-auth:
-  tokens:
-    - {name: agent-1, role: agent, env: E2E_AGENT}
-    - {name: alice, role: approver, env: E2E_APPROVER}
-    - {name: root, role: admin, env: E2E_ADMIN}
-tools:
-` + tool("pay_out", true) + tool("wire_out", false)
-	path := filepath.Join(t.TempDir(), "airlock.yaml")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeManifest(t, "tools:\n"+tool("pay_out", true)+tool("wire_out", false))
 }
 
 // TestE2ECallerCommits: an irreversible tool run by its caller is proposed

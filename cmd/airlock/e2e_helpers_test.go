@@ -240,19 +240,7 @@ func e2eManifest(t *testing.T, paymentsURL, notesCmd, notesURL string, extra str
     upstream: {name: notes_http, tool: list_notes}
 `
 	}
-	src := `version: 1
-auth:
-  tokens:
-    - {name: agent-1, role: agent, env: E2E_AGENT}
-    - {name: alice, role: approver, env: E2E_APPROVER}
-    - {name: root, role: admin, env: E2E_ADMIN}
-upstreams:
-` + ups + "tools:" + tools + extra
-	path := filepath.Join(t.TempDir(), "airlock.yaml")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeManifest(t, "upstreams:\n"+ups+"tools:"+tools+extra)
 }
 
 // serve starts airlock serve on a free port.
@@ -354,4 +342,22 @@ func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 		t.Fatalf("structured content %s: %v", b, err)
 	}
 	return m
+}
+
+// writeManifest writes a test manifest: the tokens of tokenEnv (agent-1,
+// alice the approver, root the admin), then rest (upstreams and tools).
+func writeManifest(t *testing.T, rest string) string {
+	t.Helper()
+	src := `version: 1
+auth:
+  tokens:
+    - {name: agent-1, role: agent, env: E2E_AGENT}
+    - {name: alice, role: approver, env: E2E_APPROVER}
+    - {name: root, role: admin, env: E2E_ADMIN}
+` + rest
+	path := filepath.Join(t.TempDir(), "airlock.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
