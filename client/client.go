@@ -206,6 +206,11 @@ func (c *Client) execute(ctx context.Context, held *Held, fn Func) (*airlock.Ans
 		o.Kind, o.Error = Unknown, ferr.Error()
 	}
 	a, err := c.Complete(context.WithoutCancel(ctx), held.Claim, o)
+	if airlock.ErrorCode(err) == airlock.CodeTooLarge && o.Result != nil {
+		// The work ran; its result is too large to keep: keep the outcome.
+		o.Result, _ = json.Marshal(map[string]any{"result_omitted": true, "reason": err.Error()})
+		a, err = c.Complete(context.WithoutCancel(ctx), held.Claim, o)
+	}
 	var e *airlock.Error
 	if errors.As(err, &e) && e.Code == airlock.CodeLeaseLost {
 		// The lease ended before the outcome came: the record is in doubt.

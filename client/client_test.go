@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -108,6 +109,17 @@ func TestDoRunsOnceAndAnswersRepeats(t *testing.T) {
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("ran %d times", runs.Load())
+	}
+}
+
+func TestDoKeepsTheOutcomeOfAResultTooLarge(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	a, err := c.Do(context.Background(), "save_note", note{"WD-big", "x"}, "", func(context.Context) (any, error) {
+		return strings.Repeat("x", 2<<20), nil
+	})
+	if err != nil || a.Status != airlock.StatusSucceeded || !strings.Contains(string(a.Result), `"result_omitted":true`) {
+		t.Fatalf("a result too large: %+v %v; want succeeded with the result omitted", a, err)
 	}
 }
 

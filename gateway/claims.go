@@ -280,6 +280,9 @@ func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
 	tool := h.tool
 	var req completeRequest
 	if err := g.decodeBody(w, r, &req); err != nil {
+		if airlock.ErrorCode(err) == airlock.CodeTooLarge {
+			err = airlock.FieldErrorf(airlock.CodeTooLarge, "result", "the completion is larger than %d bytes (limits.request_bytes); nothing was recorded and the claim is still held: complete it again with a smaller result", g.maxBody)
+		}
 		writeError(w, g.log, err)
 		return
 	}

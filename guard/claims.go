@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -97,8 +98,9 @@ func (g *Guard) Renew(ctx context.Context, key, owner string) (time.Time, error)
 // never started (OutcomeNotSent) the claim is released, so that the next
 // call runs it, and the answer is the not_sent refusal. Finishing a claim
 // already finished (a retry after a lost reply) answers with the record as
-// it is; a claim whose lease ended first is refused with ErrLeaseLost: its
-// record is in doubt.
+// it is (a completion saying another outcome is refused, state_conflict); a
+// claim whose lease ended first is refused with ErrLeaseLost: its record is
+// in doubt.
 func (g *Guard) Finish(ctx context.Context, tool *airlock.Tool, key, owner string, out airlock.Outcome) (*airlock.Answer, error) {
 	rec, err := g.store.Get(ctx, key)
 	switch {
@@ -109,7 +111,13 @@ func (g *Guard) Finish(ctx context.Context, tool *airlock.Tool, key, owner strin
 	case rec.Tool != tool.Name:
 		return nil, errNotHeld()
 	case rec.State == airlock.StateRunning && rec.Owner == owner:
-	case rec.State.Final():
+	case rec.State.Final() || rec.State == airlock.StateInDoubt && out.Kind == airlock.OutcomeUnknown:
+		// A completion sent again (its reply was lost): answered as the
+		// first if it says the same, refused if it says otherwise.
+		if want := stateOf(out.Kind); want != rec.State {
+			return nil, &airlock.Error{Code: airlock.CodeConflict, Field: "outcome", Message: fmt.Sprintf(
+				"this work was already completed as %s; a completion saying otherwise changes nothing", rec.State)}
+		}
 		a := airlock.AnswerFor(rec, tool, false)
 		a.Key = key
 		return a, nil
@@ -131,6 +139,19 @@ func (g *Guard) Finish(ctx context.Context, tool *airlock.Tool, key, owner strin
 	}
 	r.answer.Key = key
 	return r.answer, nil
+}
+
+// stateOf is the record state an outcome leaves.
+func stateOf(k airlock.OutcomeKind) airlock.State {
+	switch k {
+	case airlock.OutcomeSucceeded:
+		return airlock.StateSucceeded
+	case airlock.OutcomeFailed:
+		return airlock.StateFailed
+	case airlock.OutcomeUnknown:
+		return airlock.StateInDoubt
+	}
+	return airlock.StateRunning // not started: no final state
 }
 
 func errNotHeld() error {

@@ -78,6 +78,9 @@ func TestE2EClaimsAPI(t *testing.T) {
 	if status, a := post("/v1/claims/"+claim+"/complete", `{"outcome":"succeeded","result":{"note_id":"N-1"}}`); status != 200 || a["status"] != "succeeded" {
 		t.Fatalf("complete again: %d %v", status, a)
 	}
+	if status, a := post("/v1/claims/"+claim+"/complete", `{"outcome":"failed","error":"changed my mind"}`); status != 409 || code(a) != "state_conflict" {
+		t.Fatalf("a second completion saying otherwise: %d %v; want 409 state_conflict", status, a)
+	}
 	if status, a := post("/v1/claims/"+claim+"/renew", ``); status != 409 || code(a) != "lease_lost" {
 		t.Fatalf("renew after complete: %d %v; want 409 lease_lost", status, a)
 	}
@@ -123,6 +126,10 @@ func TestE2EClaimsAPI(t *testing.T) {
 		if status != tc.status || code(a) != tc.code || e["field"] != tc.field {
 			t.Errorf("%s: %d %v; want %d %s naming %s", tc.name, status, a, tc.status, tc.code, tc.field)
 		}
+	}
+	big := `{"outcome":"succeeded","result":{"blob":"` + strings.Repeat("x", 2<<20) + `"}}`
+	if status, a := post("/v1/claims/"+claim3+"/complete", big); status != 413 || code(a) != "too_large" || a["error"].(map[string]any)["field"] != "result" {
+		t.Errorf("a result too large: %d %v; want 413 too_large naming result", status, code(a))
 	}
 	// None of that touched the held claim.
 	if status, a := post("/v1/claims/"+claim3+"/complete", `{"outcome":"failed","error":"refused"}`); status != 200 || a["status"] != "failed" || fmt.Sprint(a["result"]) != "map[error:refused]" {

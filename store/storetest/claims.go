@@ -46,9 +46,18 @@ func runClaims(t *testing.T, newStore NewStore) {
 		if _, a, err := b.guard.Claim(b.ctx, call(tool, args, "r")); err != nil || a == nil || !a.Repeat || a.Status != airlock.StatusSucceeded || string(a.Result) != `{"note":"N-1"}` {
 			t.Fatalf("claim after finish: %+v %v; want the first result as a repeat", a, err)
 		}
-		// A finish retried after a lost reply gets the record's answer.
+		// A finish retried after a lost reply gets the record's answer; one
+		// that says another outcome is refused and changes nothing.
 		if a, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, succeeded); err != nil || a.Status != airlock.StatusSucceeded || string(a.Result) != `{"note":"N-1"}` {
 			t.Fatalf("finish again: %+v %v", a, err)
+		}
+		for _, other := range []airlock.OutcomeKind{airlock.OutcomeFailed, airlock.OutcomeUnknown} {
+			if _, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, airlock.Outcome{Kind: other}); airlock.ErrorCode(err) != airlock.CodeConflict {
+				t.Fatalf("finish again as %v: %v; want state_conflict", other, err)
+			}
+		}
+		if rec, err := b.store.Get(b.ctx, h.Key); err != nil || rec.State != airlock.StateSucceeded || string(rec.Result) != `{"note":"N-1"}` {
+			t.Fatalf("after a conflicting finish: %+v %v", rec, err)
 		}
 		if _, err := b.guard.Renew(b.ctx, h.Key, h.Owner); airlock.ErrorCode(err) != airlock.CodeLeaseLost {
 			t.Fatalf("renew after finish: %v; want lease_lost", err)
@@ -132,6 +141,24 @@ func runClaims(t *testing.T, newStore NewStore) {
 		}
 		if _, a, err := b.guard.Claim(b.ctx, call(tool, args, "r")); err != nil || a == nil || a.Status != airlock.StatusInDoubt || !a.Repeat {
 			t.Fatalf("claim of in-doubt work: %+v %v; want in_doubt, repeat", a, err)
+		}
+		if a, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, airlock.Outcome{Kind: airlock.OutcomeUnknown}); err != nil || a.Status != airlock.StatusInDoubt {
+			t.Fatalf("unknown sent again: %+v %v; want the same answer", a, err)
+		}
+	})
+
+	t.Run("ARepeatWithOtherArgumentsIsAConflict", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore, nil)
+		tool, id := callerTool(), Key("N")
+		h, _, err := b.guard.Claim(b.ctx, call(tool, `{"record_id":"`+id+`","text":"first"}`, "r"))
+		must(t, err)
+		if _, err := b.guard.Finish(b.ctx, tool, h.Key, h.Owner, succeeded); err != nil {
+			t.Fatal(err)
+		}
+		_, a, err := b.guard.Claim(b.ctx, call(tool, `{"record_id":"`+id+`","text":"second"}`, "r"))
+		if err != nil || a == nil || !a.Repeat || a.Conflict == nil || len(a.Conflict.Fields) != 1 || a.Conflict.Fields[0] != "text" {
+			t.Fatalf("the same work with other arguments: %+v %v; want the first result with a conflict naming text", a, err)
 		}
 	})
 

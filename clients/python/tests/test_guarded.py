@@ -172,6 +172,15 @@ class GuardedTest(unittest.TestCase):
         self.assertEqual((again["status"], again["repeat"]), ("in_doubt", True))
         self.assertEqual(self.runs, 1)
 
+    def test_a_result_too_large_keeps_its_outcome(self) -> None:
+        save_note = self.counted(result={"blob": "x" * (2 << 20)})
+        rid = unique("wd")
+        first = save_note(record_id=rid, text="x")
+        self.assertEqual(first["status"], "succeeded")
+        self.assertTrue(first["result"]["result_omitted"])
+        self.assertEqual(save_note(record_id=rid, text="x")["repeat"], True)
+        self.assertEqual(self.runs, 1)
+
     def test_bad_input_is_refused_and_nothing_runs(self) -> None:
         save_note = self.counted()
         with self.assertRaises(airlock.AirlockError) as e:

@@ -248,7 +248,13 @@ export class Client {
 
   private async finish(claim: string, outcome: Outcome, result?: unknown, error?: string): Promise<Answer> {
     try {
-      return await this.complete(claim, outcome, result, error);
+      try {
+        return await this.complete(claim, outcome, result, error);
+      } catch (e) {
+        if (!(e instanceof AirlockError) || e.code !== "too_large" || result === undefined) throw e;
+        // The work ran; its result is too large to keep: keep the outcome.
+        return await this.complete(claim, outcome, { result_omitted: true, reason: e.message }, error);
+      }
     } catch (e) {
       if (e instanceof AirlockError && e.code === "lease_lost") {
         // The lease ended before the outcome came: the record is in doubt.

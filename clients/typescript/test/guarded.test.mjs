@@ -117,6 +117,15 @@ test("any other error leaves the work in doubt", async () => {
   assert.deepEqual([(await fn({ record_id: rid, text: "x" })).repeat, calls.n], [true, 1]);
 });
 
+test("a result too large keeps its outcome", async () => {
+  const { fn, calls } = counted(async () => ({ blob: "x".repeat(2 << 20) }));
+  const rid = unique("wd");
+  const first = await fn({ record_id: rid, text: "x" });
+  assert.deepEqual([first.status, first.result.result_omitted], ["succeeded", true]);
+  assert.equal((await fn({ record_id: rid, text: "x" })).repeat, true);
+  assert.equal(calls.n, 1);
+});
+
 test("bad input is refused and nothing runs", async () => {
   const { fn, calls } = counted();
   await assert.rejects(fn({ record_id: unique("wd") }), (e) => e instanceof AirlockError && e.code === "missing_field" && e.field === "text" && e.status === 400);

@@ -252,7 +252,13 @@ class Client:
 
     def _finish(self, claim: str, outcome: str, result: Any, error: str) -> Answer:
         try:
-            return self.complete(claim, outcome, result, error)
+            try:
+                return self.complete(claim, outcome, result, error)
+            except AirlockError as e:
+                if e.code != "too_large" or result is None:
+                    raise
+                # The work ran; its result is too large to keep: keep the outcome.
+                return self.complete(claim, outcome, {"result_omitted": True, "reason": e.message}, error)
         except AirlockError as e:
             if e.code != "lease_lost":
                 raise
