@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/testdb"
 )
@@ -137,6 +140,20 @@ func TestE2EClaimsAPI(t *testing.T) {
 	}
 	if status, a := post("/v1/calls", `{"tool":"save_note","args":{"record_id":"A","text":"t"}}`); status != 403 || !strings.Contains(fmt.Sprint(a), "claims API") {
 		t.Fatalf("save_note through /v1/calls: %d %v; want 403 naming the claims API", status, a)
+	}
+	// Nor is it an MCP tool.
+	session := mcpClient(t, srv.url(), agentToken)
+	tools, err := session.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if tool.Name == "save_note" {
+			t.Fatal("save_note is listed over MCP")
+		}
+	}
+	if res, err := session.CallTool(context.Background(), &mcp.CallToolParams{Name: "save_note", Arguments: map[string]string{"record_id": "A", "text": "t"}}); err == nil && !res.IsError {
+		t.Fatalf("save_note called over MCP: %+v", res)
 	}
 
 	// The audit log and the metrics count claimed work as any guarded call.
