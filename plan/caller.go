@@ -12,6 +12,7 @@ import (
 // caller's process (guard.Guard implements it).
 type keyedClaimer interface {
 	ClaimKeyed(ctx context.Context, kc *airlock.KeyedCall) (*guard.Held, *airlock.Answer, error)
+	Get(ctx context.Context, key string) (*airlock.Record, error)
 }
 
 // NextCallerCommit gives a worker the next commit of the irreversible tools
@@ -47,6 +48,18 @@ func (s *Service) NextCallerCommit(ctx context.Context, tools []*airlock.Tool) (
 // claimCommit claims a plan's work for a worker; nil when another holds it
 // or it has ended (then the plan is settled).
 func (s *Service) claimCommit(ctx context.Context, claimer keyedClaimer, tool *airlock.Tool, p *airlock.Plan) (*guard.Held, error) {
+	// Work another worker holds is passed over with a read, not a claim:
+	// a claim answered in progress would be an audit event at every poll.
+	// (Past its lease, work that honours keys is taken over; other work
+	// waits for the reaper to put it in doubt.)
+	rec, err := claimer.Get(ctx, p.Key)
+	switch {
+	case errors.Is(err, airlock.ErrNotFound):
+	case err != nil:
+		return nil, err
+	case rec.State == airlock.StateRunning && (rec.LeaseUntil.After(s.clock.Now()) || !tool.HonorsKey):
+		return nil, nil
+	}
 	args, err := airlock.NewArgs(p.Args)
 	if err != nil {
 		return nil, err

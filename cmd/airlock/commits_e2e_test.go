@@ -140,8 +140,9 @@ func TestE2ECallerCommits(t *testing.T) {
 	// plan goes in doubt, and no worker is given it again.
 	_, a = call(agentToken, "POST", "/v1/calls", `{"tool":"plan_wire_out","args":{"record_id":"W-1","amount":5}}`)
 	id3 := a["plan"].(map[string]any)["id"].(string)
-	if w := next(`["wire_out"]`, 5); w["status"] != "execute" || w["idempotency_key"] != nil {
-		t.Fatalf("wire_out's work: %v", w)
+	held := next(`["wire_out"]`, 5)
+	if held["status"] != "execute" || held["idempotency_key"] != nil {
+		t.Fatalf("wire_out's work: %v", held)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for planStatus(id3) != "in_doubt" {
@@ -150,6 +151,14 @@ func TestE2ECallerCommits(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("plan %s: %s; want in_doubt", id3, planStatus(id3))
+		}
+	}
+	// Polls passed over the held work with a read: its audit trail has no
+	// answers from them.
+	_, trail := call(approverToken, "GET", "/v1/audit?key="+keyOf(held), "")
+	for _, e := range trail["events"].([]any) {
+		if kind := e.(map[string]any)["kind"]; kind == "in_progress_answered" {
+			t.Errorf("an audit event of the held work from a poll: %v", e)
 		}
 	}
 }
