@@ -31,6 +31,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalArgsMatchesEncodingJSON$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz FuzzVerify -fuzztime 30s ./auth/jwt/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest
+	$(GO) test -run '^$$' -fuzz FuzzClaimHandle -fuzztime 30s ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzParseEdge -fuzztime 30s ./gateway
 
 # Release artifacts: make release VERSION=v0.3.0 (scripts/release.sh; needs

@@ -214,10 +214,12 @@ type held struct {
 func (g *Gateway) heldClaim(handle string) (*held, error) {
 	bad := airlock.FieldErrorf(airlock.CodeInvalidArgument, "claim", "not a claim handle this server gave: use the claim of an execute answer as it came")
 	parts := strings.Split(handle, ".")
-	if len(parts) < 3 || len(parts) > 4 || parts[1] == "" || len(parts[1]) > airlock.MaxKeyBytes || !strings.HasPrefix(parts[2], claimPrefix) {
+	if len(parts) < 3 || len(parts) > 4 || parts[1] == "" || len(parts[1]) > airlock.MaxKeyBytes || !strings.HasPrefix(parts[2], claimPrefix) ||
+		len(parts) == 4 && parts[3] == "" {
 		return nil, bad
 	}
-	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+	// Strict: one spelling per name, as this server writes it.
+	name, err := base64.RawURLEncoding.Strict().DecodeString(parts[0])
 	if err != nil {
 		return nil, bad
 	}
