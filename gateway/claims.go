@@ -31,22 +31,13 @@ const claimPrefix = "claim-"
 
 // handleClaim is POST /v1/claims: {"tool", "args", "run_id"} as a call.
 func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
-	var req CallRequest
-	if err := g.decodeBody(w, r, &req); err != nil {
+	req, err := g.readCall(w, r, "claims", "a tool run by its caller", g.callerToolNames())
+	if err != nil {
 		writeError(w, g.log, err)
 		return
 	}
-	if req.Tool == "" {
-		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "tool", "required: the name of a tool run by its caller; those are: %s", strings.Join(g.callerToolNames(), ", ")))
-		return
-	}
-	if req.RunID == "" {
-		req.RunID = r.Header.Get(RunHeader)
-	}
-	req.Transport, req.CallID = "claims", r.Header.Get("X-Request-Id")
-	req.TraceParent, req.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")
 	var held *guard.Held
-	a, err := g.serve(r.Context(), &req, func(ctx context.Context, rt *route, req *CallRequest) (*airlock.Answer, error) {
+	a, err := g.serve(r.Context(), req, func(ctx context.Context, rt *route, req *CallRequest) (*airlock.Answer, error) {
 		var a *airlock.Answer
 		var err error
 		held, a, err = g.claim(ctx, rt, req)

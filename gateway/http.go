@@ -160,26 +160,35 @@ func (rd *readiness) check(ctx context.Context, run func(context.Context) probe)
 }
 
 func (g *Gateway) handleCall(w http.ResponseWriter, r *http.Request) {
-	var req CallRequest
-	if err := g.decodeBody(w, r, &req); err != nil {
+	req, err := g.readCall(w, r, "http", "the tool's name", g.callableNames())
+	if err != nil {
 		writeError(w, g.log, err)
 		return
 	}
-	if req.Tool == "" {
-		writeError(w, g.log, airlock.FieldErrorf(airlock.CodeInvalidArgument, "tool", "required: the tool's name; the tools are: %s", strings.Join(g.callableNames(), ", ")))
-		return
-	}
-	if req.RunID == "" {
-		req.RunID = r.Header.Get(RunHeader)
-	}
-	req.Transport, req.CallID = "http", r.Header.Get("X-Request-Id")
-	req.TraceParent, req.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")
-	a, err := g.Call(r.Context(), &req)
+	a, err := g.Call(r.Context(), req)
 	if err != nil {
 		writeError(w, g.log, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, AnswerObject(a))
+}
+
+// readCall reads the {"tool", "args", "run_id"} of a call or a claim, with
+// the run, request id and trace context of its headers.
+func (g *Gateway) readCall(w http.ResponseWriter, r *http.Request, transport, what string, tools []string) (*CallRequest, error) {
+	var req CallRequest
+	if err := g.decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	if req.Tool == "" {
+		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "tool", "required: %s; the tools are: %s", what, strings.Join(tools, ", "))
+	}
+	if req.RunID == "" {
+		req.RunID = r.Header.Get(RunHeader)
+	}
+	req.Transport, req.CallID = transport, r.Header.Get("X-Request-Id")
+	req.TraceParent, req.TraceState = r.Header.Get("traceparent"), r.Header.Get("tracestate")
+	return &req, nil
 }
 
 func (g *Gateway) handleTools(w http.ResponseWriter, r *http.Request) {
