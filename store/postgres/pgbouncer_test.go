@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -150,5 +151,26 @@ func TestReplicasMigrateTogether(t *testing.T) {
 	var river int
 	if err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM river_migration`).Scan(&river); err != nil || river == 0 {
 		t.Fatalf("River's migrations: %d rows, %v", river, err)
+	}
+}
+
+// TestMigrateWithAPoolOfOne: the start's pooler check opens connections of
+// its own, so a pool of one connection migrates (it would wait for ever for
+// a second pooled one).
+func TestMigrateWithAPoolOfOne(t *testing.T) {
+	t.Parallel()
+	dsn := strings.Replace(testdb.Schema(t), "pool_max_conns=4", "pool_max_conns=1", 1)
+	if !strings.Contains(dsn, "pool_max_conns=1") {
+		t.Fatalf("no pool size to change in %s", dsn)
+	}
+	s, err := postgres.Open(context.Background(), dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate with one connection: %v", err)
 	}
 }

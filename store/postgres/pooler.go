@@ -69,16 +69,17 @@ func (s *Store) TransactionPooling() bool { return s.txPooling }
 func (s *Store) checkSessionPooling(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	first, err := s.pool.Acquire(ctx)
+	// Two connections of their own, whatever the pool's size.
+	first, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	defer first.Release()
-	second, err := s.pool.Acquire(ctx)
+	defer first.Close(context.Background())
+	second, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	defer second.Release()
+	defer second.Close(context.Background())
 	const pid = `SELECT pg_backend_pid()`
 	var before, other, after int32
 	if err := first.QueryRow(ctx, pid, pgx.QueryExecModeSimpleProtocol).Scan(&before); err != nil {
@@ -102,8 +103,7 @@ func (s *Store) checkSessionPooling(ctx context.Context) error {
 	switch {
 	case wait.Err() != nil:
 		// Blocked behind the other session's transaction: they share a
-		// server connection. (The connection is closed by the cancel; the
-		// pool drops it.)
+		// server connection. (The cancel closes the connection.)
 		return errTransactionPooling
 	case errors.As(err, &pgErr):
 		return fmt.Errorf("postgres: %w", err)
