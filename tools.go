@@ -207,6 +207,11 @@ type ToolUpstream struct {
 // the claims API; such a tool is never callable through the gateway.
 func (t *Tool) RunByCaller() bool { return t.Upstream != nil && t.Upstream.Caller }
 
+// CallerTakesOver reports whether a claim of the tool whose holder vanished
+// is taken over by the next caller with the same key (a tool run by its
+// caller that honours keys) rather than left in doubt.
+func (t *Tool) CallerTakesOver() bool { return t.RunByCaller() && t.HonorsKey }
+
 // Answers are the three questions every side-effecting tool must answer.
 type Answers struct {
 	Undo     string `yaml:"undo" json:"undo,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,25 +25,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const testManifest = `version: 1
-tools:
-  - name: save_note
-    kind: write
-    input_schema: {type: object, properties: {record_id: {type: string}, text: {type: string}}, required: [record_id, text], additionalProperties: false}
-    natural_key: [{field: record_id, normalize: [trim, upper]}, {field: text, normalize: [trim]}]
-    window: forever
-    repeat_wait: 10s
-    upstream: {caller: true}
-    answers: {undo: "Yes, delete the note.", approver: "No one.", on_repeat: "The first note is returned."}
-  - name: pay_out
-    kind: irreversible
-    input_schema: {type: object, properties: {record_id: {type: string}, amount: {type: number}}, required: [record_id, amount]}
-    natural_key: [{field: record_id}]
-    window: forever
-    upstream: {caller: true, honors_idempotency_key: true}
-    answers: {undo: "No.", approver: "A person above 100, else automatic.", on_repeat: "The first payout."}
-    approval: {rules: [{name: small, when: "args.amount < 100", decide: auto}, {name: large, when: "true", decide: human}]}
-`
+// testManifest is the clients' test manifest, shared with the Python and
+// TypeScript suites.
+const testManifest = "../clients/testdata/airlock.yaml"
 
 const (
 	agentSecret    = "go-agent-secret"
@@ -56,7 +41,11 @@ func setup(t *testing.T) *client.Client { c, _ := setupURL(t); return c }
 // setupURL is setup that also returns the server's URL.
 func setupURL(t *testing.T) (*client.Client, string) {
 	t.Helper()
-	m, err := manifest.Parse([]byte(testManifest), "test.yaml")
+	src, err := os.ReadFile(testManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Parse(src, testManifest)
 	if err != nil {
 		t.Fatal(err)
 	}

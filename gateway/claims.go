@@ -37,10 +37,14 @@ func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var held *guard.Held
+	var tool *airlock.Tool
 	a, err := g.serve(r.Context(), req, func(ctx context.Context, rt *route, req *CallRequest) (*airlock.Answer, error) {
 		var a *airlock.Answer
 		var err error
 		held, a, err = g.claim(ctx, rt, req)
+		if held != nil {
+			tool = rt.tool
+		}
 		return a, err
 	})
 	switch {
@@ -50,7 +54,7 @@ func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
 		if g.metrics != nil && req.RunID != "" {
 			g.metrics.RunCall(req.Tool, req.RunID)
 		}
-		writeJSON(w, http.StatusOK, g.executeAnswer(g.m.Tool(req.Tool), held, nil))
+		writeJSON(w, http.StatusOK, g.executeAnswer(tool, held, nil))
 	default:
 		writeJSON(w, http.StatusOK, AnswerObject(a))
 	}
@@ -58,8 +62,10 @@ func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
 
 // claim claims the work of a tool run by its caller.
 func (g *Gateway) claim(ctx context.Context, r *route, req *CallRequest) (*guard.Held, *airlock.Answer, error) {
-	if t := g.irreversibleNamed(req.Tool); r == nil && t != nil {
-		return nil, nil, g.refuseIrreversible(t)
+	if r == nil {
+		if t := g.irreversibleNamed(req.Tool); t != nil {
+			return nil, nil, g.refuseIrreversible(t)
+		}
 	}
 	if r == nil || r.kind != routeCaller {
 		return nil, nil, airlock.FieldErrorf(airlock.CodeNotCallable, "tool",

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -347,9 +346,13 @@ func (g *Guard) checkBudget(ctx context.Context, p *prepared) (*airlock.Answer, 
 // claim inserts the call's record as running. It returns the record when
 // this call holds it, or else the answer for a call whose key is taken.
 func (g *Guard) claim(ctx context.Context, p *prepared) (*airlock.Record, *airlock.Answer, error) {
+	owner := p.owner
+	if owner == "" {
+		owner = g.newOwner()
+	}
 	c := &airlock.Claim{
 		Key: p.key, Tool: p.tool.Name, RunID: p.runID, WindowID: p.windowID,
-		Args: p.args.JSON(), ArgsHash: p.hash, Owner: cmp.Or(p.owner, g.newOwner()), Now: p.start,
+		Args: p.args.JSON(), ArgsHash: p.hash, Owner: owner, Now: p.start,
 		LeaseUntil: p.start.Add(g.lease), ExpiresAt: p.expiresAt, Actor: airlock.ActorFrom(ctx),
 	}
 	for attempt := 0; ; attempt++ {
@@ -392,7 +395,7 @@ func (g *Guard) claim(ctx context.Context, p *prepared) (*airlock.Record, *airlo
 // the work again with the same key, which the caller's service runs once.
 // Nil when the record is no such claim, or another caller was first.
 func (g *Guard) takeOver(ctx context.Context, p *prepared, rec *airlock.Record, c *airlock.Claim) *airlock.Record {
-	if rec == nil || rec.State != airlock.StateRunning || !p.tool.RunByCaller() || !p.tool.HonorsKey || !rec.LeaseUntil.Before(c.Now) {
+	if rec == nil || rec.State != airlock.StateRunning || !p.tool.CallerTakesOver() || !rec.LeaseUntil.Before(c.Now) {
 		return nil
 	}
 	taken, ok, err := g.store.TakeOver(ctx, &airlock.TakeOverParams{Key: rec.Key, Owner: c.Owner, Now: c.Now, LeaseUntil: c.LeaseUntil})

@@ -8,13 +8,6 @@ import (
 	"github.com/airlockhq/airlock/guard"
 )
 
-// keyedClaimer is the guard's side of commits run by a worker in the
-// caller's process (guard.Guard implements it).
-type keyedClaimer interface {
-	ClaimKeyed(ctx context.Context, kc *airlock.KeyedCall) (*guard.Held, *airlock.Answer, error)
-	Get(ctx context.Context, key string) (*airlock.Record, error)
-}
-
 // NextCallerCommit gives a worker the next commit of the irreversible tools
 // it serves (tools run by their caller): a plan still committing whose
 // claim's holder vanished (taken over when the tool honours keys), or else
@@ -24,10 +17,6 @@ type keyedClaimer interface {
 // tool with the plan's arguments and completes the claim; FinishCallerCommit
 // then records the answer on the plan.
 func (s *Service) NextCallerCommit(ctx context.Context, tools []*airlock.Tool) (*airlock.Plan, *guard.Held, error) {
-	claimer, ok := s.cfg.Guard.(keyedClaimer)
-	if !ok {
-		return nil, nil, errors.New("plan: the guard cannot claim by key")
-	}
 	for _, status := range []airlock.PlanStatus{airlock.PlanCommitting, airlock.PlanApproved} {
 		for _, tool := range tools {
 			plans, err := s.cfg.Store.ListPlans(ctx, airlock.PlanFilter{Status: status, Tool: tool.Name, Limit: 50})
@@ -35,7 +24,7 @@ func (s *Service) NextCallerCommit(ctx context.Context, tools []*airlock.Tool) (
 				return nil, nil, err
 			}
 			for _, p := range plans {
-				held, err := s.claimCommit(ctx, claimer, tool, p)
+				held, err := s.claimCommit(ctx, tool, p)
 				if err != nil || held != nil {
 					return p, held, err
 				}
@@ -47,24 +36,24 @@ func (s *Service) NextCallerCommit(ctx context.Context, tools []*airlock.Tool) (
 
 // claimCommit claims a plan's work for a worker; nil when another holds it
 // or it has ended (then the plan is settled).
-func (s *Service) claimCommit(ctx context.Context, claimer keyedClaimer, tool *airlock.Tool, p *airlock.Plan) (*guard.Held, error) {
+func (s *Service) claimCommit(ctx context.Context, tool *airlock.Tool, p *airlock.Plan) (*guard.Held, error) {
 	// Work another worker holds is passed over with a read, not a claim:
 	// a claim answered in progress would be an audit event at every poll.
 	// (Past its lease, work that honours keys is taken over; other work
 	// waits for the reaper to put it in doubt.)
-	rec, err := claimer.Get(ctx, p.Key)
+	rec, err := s.cfg.Guard.Get(ctx, p.Key)
 	switch {
 	case errors.Is(err, airlock.ErrNotFound):
 	case err != nil:
 		return nil, err
-	case rec.State == airlock.StateRunning && (rec.LeaseUntil.After(s.clock.Now()) || !tool.HonorsKey):
+	case rec.State == airlock.StateRunning && (rec.LeaseUntil.After(s.clock.Now()) || !tool.CallerTakesOver()):
 		return nil, nil
 	}
 	args, err := airlock.NewArgs(p.Args)
 	if err != nil {
 		return nil, err
 	}
-	held, ans, err := claimer.ClaimKeyed(ctx, &airlock.KeyedCall{Tool: tool, Key: p.Key, Args: args, RunID: p.RunID})
+	held, ans, err := s.cfg.Guard.ClaimKeyed(ctx, &airlock.KeyedCall{Tool: tool, Key: p.Key, Args: args, RunID: p.RunID})
 	switch {
 	case err != nil:
 		return nil, err
@@ -83,11 +72,8 @@ func (s *Service) claimCommit(ctx context.Context, claimer keyedClaimer, tool *a
 }
 
 // FinishCallerCommit records on the plan the answer of its work, which a
-// worker completed.
+// worker completed (work released as never started fails in the guard
+// before this, and the plan stays committing for the next worker).
 func (s *Service) FinishCallerCommit(ctx context.Context, planID string, tool *airlock.Tool, ans *airlock.Answer) error {
-	err := s.settleCommit(ctx, planID, tool, ans)
-	if errors.Is(err, ErrRetry) {
-		return nil // released (not started): the plan stays committing for the next worker
-	}
-	return err
+	return s.settleCommit(ctx, planID, tool, ans)
 }

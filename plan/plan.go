@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/maintenance"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/policy"
@@ -29,9 +30,12 @@ import (
 // Caller finds the upstream of a tool (lookups and commits).
 type Caller func(tool *airlock.Tool) (upstream.Caller, bool)
 
-// Committer runs a commit through the guarded call; *guard.Guard is one.
+// Committer runs a commit through the guarded call, or claims its work for
+// a worker in the caller's process (caller.go); *guard.Guard is one.
 type Committer interface {
 	DoKeyed(ctx context.Context, kc *airlock.KeyedCall, fn airlock.SideEffect) (*airlock.Answer, error)
+	ClaimKeyed(ctx context.Context, kc *airlock.KeyedCall) (*guard.Held, *airlock.Answer, error)
+	Get(ctx context.Context, key string) (*airlock.Record, error)
 }
 
 // Observer is told what happens to plans, whatever front end caused it;

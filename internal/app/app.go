@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		// over by the next caller (or worker) with the same key.
 		Leave: func(rec *airlock.Record) bool {
 			t := m.Tool(rec.Tool)
-			return t != nil && t.RunByCaller() && t.HonorsKey
+			return t != nil && t.CallerTakesOver()
 		},
 	})
 	var noticeSecret []byte
