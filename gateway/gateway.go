@@ -156,17 +156,19 @@ type Gateway struct {
 	metrics     *metrics.Metrics
 	gather      prometheus.Gatherer
 	ui          http.Handler
-	tracer      airlock.Tracer // nil: no spans
-	cancels     cancels        // /mcp requests in flight, for notifications/cancelled
-	peers       peers          // MCP sessions that upstreams relay to
-	ready       readiness      // the last /readyz probe
-	throttle    *Throttle      // failed bearer tokens, per address
-	proxies     Proxies        // trusted for X-Forwarded-*
-	sessions    *mcpSessions   // who opened each MCP session; how many each token holds
-	bodyTimeout time.Duration  // a request body arrives within this
-	longestCall time.Duration  // an answer is written within this
-	idle        time.Duration  // MCP sessions idle this long are closed
-	pass        *passThrough   // MCP upstreams' resources and prompts
+	tracer      airlock.Tracer      // nil: no spans
+	cancels     cancels             // /mcp requests in flight, for notifications/cancelled
+	peers       peers               // MCP sessions that upstreams relay to
+	ready       readiness           // the last /readyz probe
+	throttle    *Throttle           // failed bearer tokens, per address
+	proxies     Proxies             // trusted for X-Forwarded-*
+	sessions    *mcpSessions        // who opened each MCP session; how many each token holds
+	bodyTimeout time.Duration       // a request body arrives within this
+	longestCall time.Duration       // an answer is written within this
+	idle        time.Duration       // MCP sessions idle this long are closed
+	pass        *passThrough        // MCP upstreams' resources and prompts
+	impl        *mcp.Implementation // the MCP server's name and version
+	fastOff     bool                // no fast path on /mcp (mcpfast.go): a test compares
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -191,7 +193,7 @@ func New(cfg Config) (*Gateway, error) {
 	if perToken <= 0 {
 		perToken = DefaultMCPSessionsPerToken
 	}
-	g.sessions = newMCPSessions(perToken)
+	g.sessions = newMCPSessions(perToken, g.idle)
 	g.bodyTimeout = cfg.BodyTimeout
 	if g.bodyTimeout <= 0 {
 		g.bodyTimeout = DefaultBodyTimeout

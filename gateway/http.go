@@ -66,7 +66,9 @@ func (g *Gateway) Handler() http.Handler {
 		}
 	}
 	server := func(*http.Request) *mcp.Server { return g.mcp }
-	stateful := mcp.NewStreamableHTTPHandler(server, StreamableOptions(g.maxBody, g.idle))
+	// airlock closes idle sessions itself (sessions.go): the SDK does not
+	// see the requests the fast path answers.
+	stateful := mcp.NewStreamableHTTPHandler(server, StreamableOptions(g.maxBody, 0))
 	stateless := mcp.NewStreamableHTTPHandler(server, StatelessOptions(g.maxBody))
 	// The MCP spec asks servers to check Origin: a browser page on another
 	// origin must not drive the agent's tools.

@@ -50,7 +50,8 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 			opts.Capabilities.Prompts = &mcp.PromptCapabilities{}
 		}
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, opts)
+	g.impl = &mcp.Implementation{Name: "airlock", Version: version}
+	s := mcp.NewServer(g.impl, opts)
 	if g.pass.hasResources() {
 		// The SDK tells the sessions subscribed to the URI.
 		g.pass.notifyUpdates(func(uri string) {
@@ -181,35 +182,12 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		if actor != "" {
 			ctx = airlock.WithActor(ctx, actor)
 		}
-		run := runFromMeta(req.Params.Meta)
-		if run == "" && overHTTP {
-			run = req.Extra.Header.Get(RunHeader)
+		var header http.Header
+		if overHTTP {
+			header = req.Extra.Header
 		}
-		switch {
-		case run != "":
-		case stateless && actor != "":
-			// No run named and no session to be one: the principal's
-			// sessionless calls are one run (docs/gateway.md, "Runs").
-			run = StatelessRunPrefix + actor
-		case req.Session != nil && req.Session.ID() != "":
-			run = req.Session.ID()
-		default:
-			run = g.run
-		}
-		args := req.Params.Arguments
-		if len(args) == 0 || string(args) == "null" {
-			args = json.RawMessage(`{}`)
-		}
-		// The SDK does not tell a handler its JSON-RPC request id; a call id
-		// comes only from _meta, when the client sends one.
-		creq := &CallRequest{Tool: name, Args: args, RunID: run, Transport: "mcp"}
-		creq.CallID, _ = req.Params.Meta[MetaCallID].(string)
-		// The trace context: _meta (any transport), else the HTTP headers.
-		creq.TraceParent, _ = req.Params.Meta[metaTraceParent].(string)
-		creq.TraceState, _ = req.Params.Meta[metaTraceState].(string)
-		if creq.TraceParent == "" && req.Extra != nil && req.Extra.Header != nil {
-			creq.TraceParent, creq.TraceState = req.Extra.Header.Get("traceparent"), req.Extra.Header.Get("tracestate")
-		}
+		meta := func(k string) string { s, _ := req.Params.Meta[k].(string); return s }
+		creq := g.mcpCallRequest(name, req.Params.Arguments, meta, header, sessionID(req.Session), actor, stateless)
 		if len(req.Params.InputResponses) > 0 {
 			// The agent's answers to an upstream's inputRequests (a read).
 			if b, err := json.Marshal(req.Params.InputResponses); err == nil {
@@ -230,24 +208,70 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 		}
 		a, err := g.Call(ctx, creq)
 		if err != nil {
-			if refusal := (*jsonrpc.Error)(nil); errors.As(err, &refusal) {
-				return nil, refusal // a read's upstream refused it: its own words
+			res, refusal := g.mcpCallError(name, err)
+			if refusal != nil {
+				return nil, refusal
 			}
-			e := asError(err)
-			if e.Code == airlock.CodeInternal || e.Code == airlock.CodeStoreUnavailable {
-				g.log.Error("airlock: MCP call failed", "tool", name, "err", err)
-			}
-			return &mcp.CallToolResult{
-				IsError:           true,
-				Content:           []mcp.Content{&mcp.TextContent{Text: e.Message}},
-				StructuredContent: errorBody{e},
-			}, nil
+			return res, nil
 		}
 		if slot := slotFrom(ctx); slot != nil {
 			slot.answer, slot.principal, slot.tool = a, actor, name
 		}
 		return g.toolResult(r, a), nil
 	}
+}
+
+// mcpCallError is a failed call's answer over MCP: a tool result that
+// says what went wrong, or the JSON-RPC error a read's upstream refused
+// it with, in its own words.
+func (g *Gateway) mcpCallError(name string, err error) (*mcp.CallToolResult, *jsonrpc.Error) {
+	if refusal := (*jsonrpc.Error)(nil); errors.As(err, &refusal) {
+		return nil, refusal
+	}
+	e := asError(err)
+	if e.Code == airlock.CodeInternal || e.Code == airlock.CodeStoreUnavailable {
+		g.log.Error("airlock: MCP call failed", "tool", name, "err", err)
+	}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: e.Message}},
+		StructuredContent: errorBody{e},
+	}, nil
+}
+
+// mcpCallRequest is the call a tools/call of a guarded tool asks for,
+// read the same whether the SDK or the fast path (mcpfast.go) parsed it:
+// meta reads a _meta field as text ("" when absent or not text), header is
+// the HTTP request's (nil over stdio), session the session's id ("" when
+// none) and actor the principal.
+func (g *Gateway) mcpCallRequest(name string, args json.RawMessage, meta func(string) string, header http.Header, session, actor string, stateless bool) *CallRequest {
+	run := meta(MetaRun)
+	if run == "" && header != nil {
+		run = header.Get(RunHeader)
+	}
+	switch {
+	case run != "":
+	case stateless && actor != "":
+		// No run named and no session to be one: the principal's
+		// sessionless calls are one run (docs/gateway.md, "Runs").
+		run = StatelessRunPrefix + actor
+	case session != "":
+		run = session
+	default:
+		run = g.run
+	}
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage(`{}`)
+	}
+	// The SDK does not tell a handler its JSON-RPC request id; a call id
+	// comes only from _meta, when the client sends one.
+	creq := &CallRequest{Tool: name, Args: args, RunID: run, Transport: "mcp", CallID: meta(MetaCallID)}
+	// The trace context: _meta (any transport), else the HTTP headers.
+	creq.TraceParent, creq.TraceState = meta(metaTraceParent), meta(metaTraceState)
+	if creq.TraceParent == "" && header != nil {
+		creq.TraceParent, creq.TraceState = header.Get("traceparent"), header.Get("tracestate")
+	}
+	return creq
 }
 
 // toolResult is an answer as an MCP tool result: the result of a call, or
@@ -298,14 +322,6 @@ const (
 	// id (gen_ai.tool.call.id in the call's span).
 	MetaCallID = "io.airlock/call-id"
 )
-
-func runFromMeta(m mcp.Meta) string {
-	if m == nil {
-		return ""
-	}
-	s, _ := m[MetaRun].(string)
-	return s
-}
 
 // upstreamResult is the MCP upstream's whole result of an answer, or nil
 // (another kind of upstream, or an answer without a result).

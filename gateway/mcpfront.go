@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,6 +97,9 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			return
 		}
 		session := r.Header.Get("Mcp-Session-Id")
+		if session != "" && g.sessions.ownerOf(session) == p.Name {
+			defer g.sessions.busy(session)()
+		}
 		requested := r.Header.Get("Mcp-Protocol-Version")
 		if requested == "" {
 			requested = msg.protocolVersion
@@ -112,6 +116,9 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			// task is not (the SDK checks the header of its own methods).
 			writeRPCError(w, http.StatusBadRequest, rpcHeaderMismatch,
 				fmt.Sprintf("header mismatch: Mcp-Name %s is not the request's params.taskId %s; nothing was done", quoteShort(name), quoteShort(msg.taskID)), nil, msg.ID)
+			return
+		}
+		if g.fastCall(w, r, p.Name, session, requested, &msg) {
 			return
 		}
 		if msg.task {
@@ -170,6 +177,9 @@ func (c *cancels) cancel(session, id string) {
 	defer c.mu.Unlock()
 	if d := c.inflight[[2]string{session, id}]; d != nil {
 		d.dropped.Store(true)
+		if d.cancel != nil {
+			d.cancel()
+		}
 	}
 }
 
@@ -178,6 +188,9 @@ func (c *cancels) cancel(session, id string) {
 type dropWriter struct {
 	http.ResponseWriter
 	dropped atomic.Bool
+	// cancel ends the request's context, where airlock and not the SDK
+	// handles it (the fast path).
+	cancel context.CancelFunc
 }
 
 func (d *dropWriter) Write(p []byte) (int, error) {
@@ -207,6 +220,9 @@ type edgeMessage struct {
 	task bool
 	// taskID is a task method's params.taskId.
 	taskID string
+	// params and meta are the request's params and params._meta, member
+	// by member (nil when absent or not objects), for the fast path.
+	params, meta map[string]json.RawMessage
 }
 
 // liftTask moves a tools/call's params.task into its _meta, where the
@@ -318,6 +334,7 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	}
 	var params map[string]json.RawMessage
 	_ = json.Unmarshal(rawParams, &params)
+	out.params = params
 	out.cancelledID = params["requestId"]
 	if strings.HasPrefix(out.Method, "tasks/") {
 		_ = json.Unmarshal(params["taskId"], &out.taskID)
@@ -337,6 +354,7 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	}
 	var meta map[string]json.RawMessage
 	_ = json.Unmarshal(rawMeta, &meta)
+	out.meta = meta
 	for _, field := range metaStrings {
 		v, ok := meta[field]
 		if !ok || string(v) == "null" {

@@ -18,19 +18,74 @@ const (
 )
 
 // mcpSessions binds each MCP session to the token that opened it — a
-// session id is a capability, and another token must not use it — and caps
+// session id is a capability, and another token must not use it — caps
 // the sessions one token holds open, so that clients that never close
-// theirs cannot exhaust the server (the SDK closes idle ones).
+// theirs cannot exhaust the server, and closes the ones idle for longer
+// than idle. airlock times them, not the SDK: the fast path
+// (mcpfast.go) answers requests the SDK never sees.
 type mcpSessions struct {
-	max int
+	max  int
+	idle time.Duration
 
 	mu    sync.Mutex
-	owner map[string]string // session id → the principal that opened it
-	open  map[string]int    // principal → sessions open
+	owner map[string]string     // session id → the principal that opened it
+	open  map[string]int        // principal → sessions open
+	timer map[string]*idleTimer // session id → its idle timer, once watched
 }
 
-func newMCPSessions(max int) *mcpSessions {
-	return &mcpSessions{max: max, owner: map[string]string{}, open: map[string]int{}}
+// idleTimer closes a session idle for the sessions' idle time: it stops
+// while a request of the session is being answered, and starts again
+// when the last one ends (as the SDK's did).
+type idleTimer struct {
+	busy  int
+	timer *time.Timer
+}
+
+func newMCPSessions(max int, idle time.Duration) *mcpSessions {
+	return &mcpSessions{max: max, idle: idle, owner: map[string]string{}, open: map[string]int{}, timer: map[string]*idleTimer{}}
+}
+
+// watch starts timing session id, which close ends.
+func (m *mcpSessions) watch(id string, close func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.owner[id]; !ok {
+		return // already ended
+	}
+	t := &idleTimer{timer: time.AfterFunc(m.idle, close)}
+	if old := m.timer[id]; old != nil {
+		// Requests began before the session was watched.
+		old.timer = t.timer
+		if old.busy > 0 {
+			old.timer.Stop()
+		}
+		return
+	}
+	m.timer[id] = t
+}
+
+// busy marks a request of session id begun; end marks it answered.
+func (m *mcpSessions) busy(id string) (end func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.owner[id]; !ok {
+		return func() {}
+	}
+	t := m.timer[id]
+	if t == nil {
+		t = &idleTimer{}
+		m.timer[id] = t
+	}
+	if t.busy++; t.timer != nil {
+		t.timer.Stop()
+	}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if t.busy--; t.busy == 0 && t.timer != nil && m.timer[id] == t {
+			t.timer.Reset(m.idle)
+		}
+	}
 }
 
 // ownedBy reports whether a session id may be used by principal: an id
@@ -77,6 +132,12 @@ func (m *mcpSessions) opened(id, principal string) {
 func (m *mcpSessions) ended(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if t := m.timer[id]; t != nil {
+		if t.timer != nil {
+			t.timer.Stop()
+		}
+		delete(m.timer, id)
+	}
 	if p, ok := m.owner[id]; ok {
 		delete(m.owner, id)
 		if m.open[p]--; m.open[p] <= 0 {
@@ -126,11 +187,12 @@ func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal
 	}
 }
 
-// watchSession frees a session's place when the SDK ends it (DELETE, idle
-// timeout, shutdown).
+// watchSession closes a session once it is idle, and frees its place when
+// it ends (DELETE, idle, shutdown).
 func (g *Gateway) watchSession(id string) {
 	for s := range g.mcp.Sessions() {
 		if s.ID() == id {
+			g.sessions.watch(id, func() { _ = s.Close() })
 			go func(s *mcp.ServerSession) {
 				_ = s.Wait()
 				g.sessions.ended(id)
