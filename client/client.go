@@ -189,9 +189,11 @@ func (c *Client) Do(ctx context.Context, tool string, args any, runID string, fn
 
 // execute runs a held claim's work, renewing its lease, and completes it.
 func (c *Client) execute(ctx context.Context, held *Held, fn Func) (*airlock.Answer, error) {
+	// The lease is renewed until the outcome is recorded: a completion
+	// that is refused (too large) and sent again must still hold it.
 	stop := c.renewing(held)
+	defer stop()
 	value, ferr := fn(context.WithValue(ctx, keyCtx{}, held.IdempotencyKey))
-	stop()
 	var o Outcome
 	var err error
 	switch {

@@ -202,12 +202,14 @@ class Client:
         """Runs the work of a held claim, renewing its lease, and completes it."""
         token = _key.set(held.get("idempotency_key"))
         try:
+            # The lease is renewed until the outcome is recorded: a
+            # completion refused as too large and sent again still holds it.
             with _Renewal(self, held):
                 try:
                     value = call()
                 except BaseException as e:  # noqa: BLE001 - every outcome is recorded
                     return self._fail(held["claim"], e, failures)
-            return self._succeed(held["claim"], value)
+                return self._succeed(held["claim"], value)
         finally:
             _key.reset(token)
 
