@@ -35,8 +35,9 @@ import (
 var fastParams = map[string]bool{"name": true, "arguments": true, "_meta": true}
 
 // fastCall answers msg, a request to /mcp of principal, if it is one the
-// fast path serves, and reports whether it did.
-func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, session, requested string, msg *edgeMessage) bool {
+// fast path serves, and reports whether it did; owned says session is one
+// airlock saw principal open.
+func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, session string, owned bool, requested string, msg *edgeMessage) bool {
 	if g.fastOff || msg.Method != "tools/call" || msg.task || len(msg.ID) == 0 || msg.params == nil {
 		return false
 	}
@@ -65,7 +66,7 @@ func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, se
 		// A session airlock saw this principal open, on a revision with
 		// sessions; the SDK ends it (DELETE, idle, shutdown) before airlock
 		// forgets it, so an ended one goes to the SDK, which says so.
-		if requested >= firstStatelessRevision || msg.protocolVersion != "" || g.sessions.ownerOf(session) != principal {
+		if requested >= firstStatelessRevision || msg.protocolVersion != "" || !owned {
 			return false
 		}
 	case requested >= firstStatelessRevision:

@@ -97,8 +97,12 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			return
 		}
 		session := r.Header.Get("Mcp-Session-Id")
-		if session != "" && g.sessions.ownerOf(session) == p.Name {
-			defer g.sessions.busy(session)()
+		owned := false // a session airlock saw this principal open
+		if session != "" {
+			var end func()
+			if end, owned = g.sessions.busy(session, p.Name); owned {
+				defer end()
+			}
 		}
 		requested := r.Header.Get("Mcp-Protocol-Version")
 		if requested == "" {
@@ -118,7 +122,7 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 				fmt.Sprintf("header mismatch: Mcp-Name %s is not the request's params.taskId %s; nothing was done", quoteShort(name), quoteShort(msg.taskID)), nil, msg.ID)
 			return
 		}
-		if g.fastCall(w, r, p.Name, session, requested, &msg) {
+		if g.fastCall(w, r, p.Name, session, owned, requested, &msg) {
 			return
 		}
 		if msg.task {

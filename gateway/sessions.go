@@ -64,12 +64,13 @@ func (m *mcpSessions) watch(id string, close func()) {
 	m.timer[id] = t
 }
 
-// busy marks a request of session id begun; end marks it answered.
-func (m *mcpSessions) busy(id string) (end func()) {
+// busy marks a request of session id begun, if principal opened it
+// (owned); end marks it answered.
+func (m *mcpSessions) busy(id, principal string) (end func(), owned bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.owner[id]; !ok {
-		return func() {}
+	if o, ok := m.owner[id]; !ok || o != principal {
+		return nil, false
 	}
 	t := m.timer[id]
 	if t == nil {
@@ -85,7 +86,7 @@ func (m *mcpSessions) busy(id string) (end func()) {
 		if t.busy--; t.busy == 0 && t.timer != nil && m.timer[id] == t {
 			t.timer.Reset(m.idle)
 		}
-	}
+	}, true
 }
 
 // ownedBy reports whether a session id may be used by principal: an id
