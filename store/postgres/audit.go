@@ -197,19 +197,29 @@ func (r sealRows) Unsealed(ctx context.Context, afterID int64, limit int) ([]*ai
 }
 
 // WriteSeals is one statement for the page: the rows are found by id (the
-// primary key), each set to its sequence number and hashes.
+// primary key), each set to its sequence number and hashes. The range of
+// the page's ids bounds the scan: joined on id alone, the planner hashes
+// the whole table for each page while it is small enough (a sequential
+// scan per seal that grows with the log).
 func (r sealRows) WriteSeals(ctx context.Context, events []*airlock.AuditEvent) error {
 	n := len(events)
+	if n == 0 {
+		return nil
+	}
 	ids, seqs := make([]int64, n), make([]int64, n)
 	prevs, hashes := make([]string, n), make([]string, n)
+	lo, hi := events[0].ID, events[0].ID
 	for i, e := range events {
 		ids[i], seqs[i], prevs[i], hashes[i] = e.ID, e.Seq, e.PrevHash, e.Hash
+		lo, hi = min(lo, e.ID), max(hi, e.ID)
 	}
-	_, err := r.tx.Exec(ctx, `UPDATE airlock_audit a SET seq = u.seq, prev_hash = u.prev, hash = u.hash
-		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS u(id, seq, prev, hash)
-		WHERE a.id = u.id`, ids, seqs, prevs, hashes)
+	_, err := r.tx.Exec(ctx, writeSealsSQL, ids, seqs, prevs, hashes, lo, hi)
 	return err
 }
+
+const writeSealsSQL = `UPDATE airlock_audit a SET seq = u.seq, prev_hash = u.prev, hash = u.hash
+	FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS u(id, seq, prev, hash)
+	WHERE a.id = u.id AND a.id BETWEEN $5 AND $6`
 
 func (r sealRows) AddRollup(ctx context.Context, events []*airlock.AuditEvent) error {
 	return addRollup(ctx, r.tx, events)

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -120,5 +121,55 @@ func TestVacuum(t *testing.T) {
 	}
 	if n < 8 {
 		t.Fatalf("found %d airlock tables in the test's schema", n)
+	}
+}
+
+// The sealer finds a page's rows by the primary key, not by hashing the
+// whole log: joined on id alone, the planner scans the table for every
+// page while the log is small enough (tens of thousands of events), a
+// cost per seal that grows with the log.
+func TestSealingReadsOnlyItsPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newStore(t).(*postgres.Store).Pool()
+	if _, err := pool.Exec(ctx, `INSERT INTO airlock_audit (at, kind) SELECT now(), 'claimed' FROM generate_series(1, 20000)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE airlock_audit`); err != nil {
+		t.Fatal(err)
+	}
+	var ids, seqs []int64
+	var prevs, hashes []string
+	rows, err := pool.Query(ctx, `SELECT id FROM airlock_audit ORDER BY id LIMIT 800`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids, seqs, prevs, hashes = append(ids, id), append(seqs, id), append(prevs, "p"), append(hashes, "h")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	rows, err = pool.Query(ctx, "EXPLAIN "+postgres.WriteSealsSQL, ids, seqs, prevs, hashes, ids[0], ids[len(ids)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plan.String(), "Seq Scan on airlock_audit") {
+		t.Fatalf("sealing a page of %d events scans the whole log:\n%s", len(ids), plan.String())
 	}
 }
