@@ -74,33 +74,11 @@ func frontGatewayWith(t *testing.T, yaml string, funcs map[string]upstream.Calle
 
 func postMCP(t *testing.T, url, body string, header ...string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+frontToken)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+	status, ct, out, _ := rawPost(t, url, body, header...)
+	if out == nil {
+		t.Fatalf("HTTP %d: the answer (%s) is not a JSON-RPC message", status, ct)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		// The first event's data is the answer.
-		for _, line := range strings.Split(string(raw), "\n") {
-			if data, ok := strings.CutPrefix(line, "data: "); ok {
-				raw = []byte(data)
-				break
-			}
-		}
-	}
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("the answer is not JSON (%s): %v: %s", resp.Header.Get("Content-Type"), err, raw)
-	}
-	return resp.StatusCode, out
+	return status, out
 }
 
 func TestMCPEdgeAnswersJSONRPCErrors(t *testing.T) {
