@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"time"
@@ -38,8 +39,12 @@ func cmdBench(e *env, args []string) int {
 	rounds := fs.Int("rounds", 1, "--compare-tracing: rounds of off, on, on, off; the cost is the median of the rounds' (1 to 20)")
 	compareTracing := fs.Bool("compare-tracing", false, "run the --through path (default http) with OpenTelemetry tracing off and on (every span sampled, OTLP/HTTP to a collector on loopback), and report the cost")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with --through, of the named path's run only, not of the paths it is held against)")
+	memProfile := fs.String("memprofile", "", "with --through: write a profile of the allocations of the named path's run to this file (go tool pprof -sample_index=alloc_space)")
 	if code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if *memProfile != "" && *through == "" {
+		return fail(e, "--memprofile: needs --through (the allocations of one call path's run)")
 	}
 	if *cpuProfile != "" && *through == "" {
 		f, err := os.Create(*cpuProfile)
@@ -70,7 +75,7 @@ func cmdBench(e *env, args []string) int {
 		return benchCompareTracing(e, *db, cfg, *through, *rounds)
 	}
 	if *through != "" {
-		return benchThrough(e, *db, cfg, *through, *cpuProfile)
+		return benchThrough(e, *db, cfg, *through, *cpuProfile, *memProfile)
 	}
 	s, err := store.OpenMigrated(e.ctx, *db)
 	if err != nil {
@@ -133,7 +138,12 @@ func ratio(a, b float64) *float64 {
 	return &r
 }
 
-func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile string) int {
+func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile, memProfile string) int {
+	memRate := runtime.MemProfileRate
+	if memProfile != "" {
+		// Sample no allocation until the named path runs.
+		runtime.MemProfileRate = 0
+	}
 	th, err := bench.StartThrough(e.ctx, dsn, &bench.ThroughConfig{Sessions: cfg.Concurrency})
 	if err != nil {
 		return fail(e, "%v", err)
@@ -193,10 +203,18 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile string)
 		}
 		stop = pprof.StopCPUProfile
 	}
+	if memProfile != "" {
+		runtime.MemProfileRate = memRate
+	}
 	res, err := measure(path)
 	stop()
 	if err != nil {
 		return fail(e, "%v", err)
+	}
+	if memProfile != "" {
+		if err := writeAllocs(memProfile); err != nil {
+			return fail(e, "--memprofile: %v", err)
+		}
 	}
 	if viaHTTP.Calls > 0 {
 		res.HTTPCallsPerS, res.HTTPP50us, res.HTTPCPUusPerCall = viaHTTP.CallsPerS, viaHTTP.P50us, viaHTTP.CPUusPerCall
@@ -415,4 +433,17 @@ func benchSoak(e *env, dsn string, concurrency, events int) int {
 		return 1
 	}
 	return 0
+}
+
+// writeAllocs writes the allocations sampled so far to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

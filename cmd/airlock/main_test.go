@@ -230,7 +230,9 @@ func TestBenchThroughMCPMeasuresItsFloors(t *testing.T) {
 }
 
 func benchThroughMCP(t *testing.T, path string) {
-	r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "t.db"), "--through", path, "--calls", "200", "--concurrency", "4")
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "allocs.prof")
+	r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(dir, "t.db"), "--through", path, "--calls", "200", "--concurrency", "4", "--memprofile", prof)
 	var res struct {
 		Through     string   `json:"through"`
 		OK          bool     `json:"ok"`
@@ -256,6 +258,13 @@ func benchThroughMCP(t *testing.T, path string) {
 	}
 	if runtime.GOOS == "linux" && (res.CPU <= 0 || res.BareCPU <= 0) {
 		t.Fatalf("bench --through mcp: no CPU per call: %s", r.stdout)
+	}
+	// The allocation profile is a gzipped pprof profile.
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("--memprofile wrote no profile: %v (%d bytes)", err, len(b))
+	}
+	if r := runCLI(t, "bench", "--memprofile", prof); r.code == 0 || !strings.Contains(r.stderr, "--memprofile: needs --through") {
+		t.Fatalf("--memprofile without --through: exit %d %s", r.code, r.stderr)
 	}
 }
 
