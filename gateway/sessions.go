@@ -27,41 +27,36 @@ type mcpSessions struct {
 	max  int
 	idle time.Duration
 
-	mu    sync.Mutex
-	owner map[string]string     // session id → the principal that opened it
-	open  map[string]int        // principal → sessions open
-	timer map[string]*idleTimer // session id → its idle timer, once watched
+	mu       sync.Mutex
+	sessions map[string]*mcpSession // session id → what airlock knows of it
+	open     map[string]int         // principal → sessions open
 }
 
-// idleTimer closes a session idle for the sessions' idle time: it stops
-// while a request of the session is being answered, and starts again
-// when the last one ends (as the SDK's did).
-type idleTimer struct {
+// mcpSession is a session airlock saw opened: its principal, and its idle
+// timer, which stops while a request of the session is being answered and
+// starts again when the last one ends (as the SDK's did).
+type mcpSession struct {
+	owner string
 	busy  int
-	timer *time.Timer
+	timer *time.Timer // nil until watched
 }
 
 func newMCPSessions(max int, idle time.Duration) *mcpSessions {
-	return &mcpSessions{max: max, idle: idle, owner: map[string]string{}, open: map[string]int{}, timer: map[string]*idleTimer{}}
+	return &mcpSessions{max: max, idle: idle, sessions: map[string]*mcpSession{}, open: map[string]int{}}
 }
 
 // watch starts timing session id, which close ends.
 func (m *mcpSessions) watch(id string, close func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.owner[id]; !ok {
+	s := m.sessions[id]
+	if s == nil {
 		return // already ended
 	}
-	t := &idleTimer{timer: time.AfterFunc(m.idle, close)}
-	if old := m.timer[id]; old != nil {
-		// Requests began before the session was watched.
-		old.timer = t.timer
-		if old.busy > 0 {
-			old.timer.Stop()
-		}
-		return
+	s.timer = time.AfterFunc(m.idle, close)
+	if s.busy > 0 {
+		s.timer.Stop() // a request began before the session was watched
 	}
-	m.timer[id] = t
 }
 
 // busy marks a request of session id begun, if principal opened it
@@ -69,22 +64,18 @@ func (m *mcpSessions) watch(id string, close func()) {
 func (m *mcpSessions) busy(id, principal string) (end func(), owned bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if o, ok := m.owner[id]; !ok || o != principal {
+	s := m.sessions[id]
+	if s == nil || s.owner != principal {
 		return nil, false
 	}
-	t := m.timer[id]
-	if t == nil {
-		t = &idleTimer{}
-		m.timer[id] = t
-	}
-	if t.busy++; t.timer != nil {
-		t.timer.Stop()
+	if s.busy++; s.timer != nil {
+		s.timer.Stop()
 	}
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if t.busy--; t.busy == 0 && t.timer != nil && m.timer[id] == t {
-			t.timer.Reset(m.idle)
+		if s.busy--; s.busy == 0 && s.timer != nil && m.sessions[id] == s {
+			s.timer.Reset(m.idle)
 		}
 	}, true
 }
@@ -94,8 +85,8 @@ func (m *mcpSessions) busy(id, principal string) (end func(), owned bool) {
 func (m *mcpSessions) ownedBy(id, principal string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o, ok := m.owner[id]
-	return !ok || o == principal
+	s := m.sessions[id]
+	return s == nil || s.owner == principal
 }
 
 // ownerOf is the principal that opened session id ("" when airlock did
@@ -103,7 +94,10 @@ func (m *mcpSessions) ownedBy(id, principal string) bool {
 func (m *mcpSessions) ownerOf(id string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.owner[id]
+	if s := m.sessions[id]; s != nil {
+		return s.owner
+	}
+	return ""
 }
 
 // reserve takes a place for a new session of principal; false: it holds
@@ -127,23 +121,22 @@ func (m *mcpSessions) opened(id, principal string) {
 		m.open[principal]--
 		return
 	}
-	m.owner[id] = principal
+	m.sessions[id] = &mcpSession{owner: principal}
 }
 
 func (m *mcpSessions) ended(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if t := m.timer[id]; t != nil {
-		if t.timer != nil {
-			t.timer.Stop()
-		}
-		delete(m.timer, id)
+	s := m.sessions[id]
+	if s == nil {
+		return
 	}
-	if p, ok := m.owner[id]; ok {
-		delete(m.owner, id)
-		if m.open[p]--; m.open[p] <= 0 {
-			delete(m.open, p)
-		}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	delete(m.sessions, id)
+	if m.open[s.owner]--; m.open[s.owner] <= 0 {
+		delete(m.open, s.owner)
 	}
 }
 
