@@ -9,7 +9,9 @@ access) counts as that function's owner's, and time a package spends inside
 another's (the SDK calling encoding/json) as the innermost one's.
 
 Usage: go tool pprof -traces BINARY PROFILE > traces.txt
-       scripts/cpu-owners.py traces.txt
+       scripts/cpu-owners.py traces.txt [--top N]
+  --top N also lists the N functions of airlock's own code whose samples
+  make its share (the frame each sample is counted at).
   e.g. airlock bench --through mcp --cpuprofile mcp.prof … (the profile of the
        named path's run only), then the two commands above.
 """
@@ -32,23 +34,30 @@ UNOWNED = "the Go runtime (GC, scheduler)"
 
 
 def owner(frames):
+    return owning(frames)[0]
+
+
+def owning(frames):
+    """The owner of a sample, and the frame it is counted at."""
     for fn in frames:
         for prefix, name in OWNERS:
             if fn.startswith(prefix):
-                return name
-    return UNOWNED
+                return name, fn
+    return UNOWNED, ""
 
 
-def main(path):
-    total, by = 0.0, {}
+def main(path, top=0):
+    total, by, own = 0.0, {}, {}
     frames, value = [], 0.0
 
     def flush():
         nonlocal total
         if frames and value:
-            o = owner(frames)
+            o, fn = owning(frames)
             by[o] = by.get(o, 0.0) + value
             total += value
+            if o == "airlock":
+                own[fn] = own.get(fn, 0.0) + value
 
     for line in open(path):
         if line.startswith("-----------"):
@@ -67,7 +76,17 @@ def main(path):
     print("| owner | CPU | share |\n|---|---|---|")
     for name, v in sorted(by.items(), key=lambda kv: -kv[1]):
         print(f"| {name} | {v:,.0f} ms | {100 * v / total:.1f} % |")
+    if top:
+        print("\n| airlock's function | CPU | share |\n|---|---|---|")
+        for fn, v in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"| {fn} | {v:,.0f} ms | {100 * v / total:.2f} % |")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    n = 0
+    if "--top" in args:
+        i = args.index("--top")
+        n = int(args[i + 1])
+        del args[i:i + 2]
+    main(args[0], n)
