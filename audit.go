@@ -1,10 +1,13 @@
 package airlock
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
+	"sync"
 	"time"
 )
 
@@ -76,23 +79,83 @@ type AuditEvent struct {
 // hex SHA-256 of the JSON array [prev, seq, at (Unix µs), kind, run, key,
 // tool, args, result, error, actor, plan, rule, decision hash], followed
 // by [outcome, timed out, duration µs] when any of those is set (events
-// written before they existed hash as they did).
+// written before they existed hash as they did). The array's bytes are
+// those encoding/json.Marshal writes for it (arguments and result
+// compacted, invalid ones as null): chainHashJSON writes them without
+// reflection, as every event sealed or verified is hashed
+// (TestChainHashMatchesEncodingJSON holds it to encoding/json).
 func (e *AuditEvent) ChainHash(prev string) string {
-	fields := []any{prev, e.Seq, e.At.UnixMicro(), e.Kind, e.RunID, e.Key, e.Tool,
-		rawOrNull(e.Args), rawOrNull(e.Result), e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash}
-	if e.Outcome != "" || e.TimedOut || e.DurationUS != 0 {
-		fields = append(fields, e.Outcome, e.TimedOut, e.DurationUS)
-	}
-	b, _ := json.Marshal(fields)
+	bp := chainBufs.Get().(*[]byte)
+	b := e.chainHashJSON((*bp)[:0], prev)
 	sum := sha256.Sum256(b)
+	*bp = b
+	chainBufs.Put(bp)
 	return hex.EncodeToString(sum[:])
 }
 
-func rawOrNull(b json.RawMessage) json.RawMessage {
-	if len(b) == 0 || !json.Valid(b) {
-		return json.RawMessage("null")
+var chainBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// chainHashJSON appends the JSON array ChainHash hashes to b.
+func (e *AuditEvent) chainHashJSON(b []byte, prev string) []byte {
+	b = append(b, '[')
+	b = appendHTMLSafeJSONString(b, prev)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, e.At.UnixMicro(), 10)
+	for _, s := range [...]string{e.Kind, e.RunID, e.Key, e.Tool} {
+		b = append(b, ',')
+		b = appendHTMLSafeJSONString(b, s)
 	}
-	return b
+	b = append(b, ',')
+	b = appendRawOrNull(b, e.Args)
+	b = append(b, ',')
+	b = appendRawOrNull(b, e.Result)
+	for _, s := range [...]string{e.Error, e.Actor, e.PlanID, e.Rule, e.DecisionHash} {
+		b = append(b, ',')
+		b = appendHTMLSafeJSONString(b, s)
+	}
+	if e.Outcome != "" || e.TimedOut || e.DurationUS != 0 {
+		b = append(b, ',')
+		b = appendHTMLSafeJSONString(b, e.Outcome)
+		b = append(b, ',')
+		b = strconv.AppendBool(b, e.TimedOut)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, e.DurationUS, 10)
+	}
+	return append(b, ']')
+}
+
+// appendHTMLSafeJSONString appends s as encoding/json.Marshal writes it
+// (with HTML escaping). Printable ASCII without a character to escape, the
+// usual case, is copied; anything else goes through encoding/json.
+func appendHTMLSafeJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendRawOrNull appends raw JSON as encoding/json writes a
+// json.RawMessage (compacted, HTML-escaped), or null when it is empty or
+// not valid JSON.
+func appendRawOrNull(b []byte, raw json.RawMessage) []byte {
+	if len(raw) == 0 || !json.Valid(raw) {
+		return append(b, "null"...)
+	}
+	if !bytes.ContainsAny(raw, " \t\r\n<>&\u2028\u2029") {
+		return append(b, raw...) // already as encoding/json would write it
+	}
+	var compact, escaped bytes.Buffer
+	_ = json.Compact(&compact, raw)
+	json.HTMLEscape(&escaped, compact.Bytes())
+	return append(b, escaped.Bytes()...)
 }
 
 // AuditWriter appends to the audit log.
