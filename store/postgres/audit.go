@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/store/rules"
@@ -115,32 +115,19 @@ func (s *Store) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) e
 }
 
 func scanAudit(row pgx.Row) (*airlock.AuditEvent, error) {
+	// Values, not pointers, for the nullable columns, and the JSON columns
+	// read straight into bytes: the sealer reads every event back.
 	var (
-		e                        airlock.AuditEvent
-		seq                      *int64
-		at                       time.Time
-		args, result, prev, hash *string
+		e          airlock.AuditEvent
+		seq        pgtype.Int8
+		prev, hash pgtype.Text
 	)
-	if err := row.Scan(&e.ID, &seq, &at, &e.Kind, &e.RunID, &e.Key, &e.Tool, &args, &result, &e.Error, &e.Actor,
+	if err := row.Scan(&e.ID, &seq, &e.At, &e.Kind, &e.RunID, &e.Key, &e.Tool, (*[]byte)(&e.Args), (*[]byte)(&e.Result), &e.Error, &e.Actor,
 		&e.PlanID, &e.Rule, &e.DecisionHash, &e.Outcome, &e.TimedOut, &e.DurationUS, &prev, &hash); err != nil {
 		return nil, err
 	}
-	e.At = at.UTC()
-	if seq != nil {
-		e.Seq = *seq
-	}
-	if args != nil {
-		e.Args = json.RawMessage(*args)
-	}
-	if result != nil {
-		e.Result = json.RawMessage(*result)
-	}
-	if prev != nil {
-		e.PrevHash = *prev
-	}
-	if hash != nil {
-		e.Hash = *hash
-	}
+	e.At = e.At.UTC()
+	e.Seq, e.PrevHash, e.Hash = seq.Int64, prev.String, hash.String
 	return &e, nil
 }
 

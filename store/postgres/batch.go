@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/internal/groupcommit"
@@ -84,19 +85,33 @@ const claimBatchSQL = `WITH ins AS (
 
 func claimArgs(ops []*op) []any {
 	n := len(ops)
-	keys, tools, runs, windows := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	args, hashes, owners := make([]string, n), make([]string, n), make([]string, n)
-	leases, nows := make([]time.Time, n), make([]time.Time, n)
-	expires := make([]*time.Time, n)
-	actors := make([]string, n)
-	for i, o := range ops {
-		c := o.claim
-		actors[i] = airlock.ActorOr(c.Actor)
-		keys[i], tools[i], runs[i], windows[i] = c.Key, c.Tool, c.RunID, c.WindowID
-		args[i], hashes[i], owners[i] = string(c.Args), c.ArgsHash, c.Owner
-		leases[i], nows[i], expires[i] = c.LeaseUntil, c.Now, nullTime(c.ExpiresAt)
+	// One allocation for the columns and the arguments pointing at them (a
+	// pointer in an interface costs none; a slice would cost one each).
+	c := &claimColumns{
+		keys: make([]string, n), tools: make([]string, n), runs: make([]string, n), windows: make([]string, n),
+		args: make([]string, n), hashes: make([]string, n), owners: make([]string, n),
+		leases: make([]time.Time, n), nows: make([]time.Time, n), expires: make([]pgtype.Timestamptz, n), actors: make([]string, n),
 	}
-	return []any{keys, tools, runs, windows, args, hashes, owners, leases, nows, expires, actors}
+	for i, o := range ops {
+		cl := o.claim
+		c.actors[i] = airlock.ActorOr(cl.Actor)
+		c.keys[i], c.tools[i], c.runs[i], c.windows[i] = cl.Key, cl.Tool, cl.RunID, cl.WindowID
+		c.args[i], c.hashes[i], c.owners[i] = string(cl.Args), cl.ArgsHash, cl.Owner
+		c.leases[i], c.nows[i] = cl.LeaseUntil, cl.Now
+		c.expires[i] = pgtype.Timestamptz{Time: cl.ExpiresAt, Valid: !cl.ExpiresAt.IsZero()}
+	}
+	c.all = [...]any{&c.keys, &c.tools, &c.runs, &c.windows, &c.args, &c.hashes, &c.owners, &c.leases, &c.nows, &c.expires, &c.actors}
+	return c.all[:]
+}
+
+// claimColumns are a batch of claims as the columns claimBatchSQL unnests.
+type claimColumns struct {
+	keys, tools, runs, windows []string
+	args, hashes, owners       []string
+	leases, nows               []time.Time
+	expires                    []pgtype.Timestamptz
+	actors                     []string
+	all                        [11]any
 }
 
 // readKeys collects the first column of every row.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/store/rules"
@@ -324,9 +325,44 @@ const completeSQL = `WITH u AS (
 		SELECT $6, $7, run_id, key, tool, $4, $5, $8, $9, $10, $11 FROM u)
 	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
 
+// completeArgs are completeSQL's arguments. Every completion writes them,
+// so they are built with few allocations: pointers into the completion
+// (a pointer in an interface costs none), the state's texts boxed once.
 func completeArgs(c *airlock.Completion) []any {
-	return []any{c.Key, c.Owner, string(c.State), nullText(c.Result), c.Note, c.Now, airlock.CompletionEvent(c.State), airlock.ActorOr(c.Actor),
-		airlock.CompletionOutcome(c.State), c.TimedOut, c.Took.Microseconds(), nullText(c.Content)}
+	v := &completeValues{actor: airlock.ActorOr(c.Actor), took: c.Took.Microseconds()}
+	l, ok := completionTexts[c.State]
+	if !ok {
+		l = textsOf(c.State)
+	}
+	// As text, not bytes: without prepared statements (PgBouncer) pgx
+	// would send bytes as bytea.
+	v.result = pgtype.Text{String: string(c.Result), Valid: c.Result != nil}
+	v.content = pgtype.Text{String: string(c.Content), Valid: c.Content != nil}
+	v.args = [...]any{&c.Key, &c.Owner, l.state, &v.result, &c.Note, &c.Now, l.event, &v.actor,
+		l.outcome, &c.TimedOut, &v.took, &v.content}
+	return v.args[:]
+}
+
+// completeValues holds a completion's arguments that are not fields of it.
+type completeValues struct {
+	args            [12]any
+	actor           string
+	took            int64
+	result, content pgtype.Text
+}
+
+// stateTexts are the texts a completion in one state writes: the record's
+// state, the audit event's kind and its outcome.
+type stateTexts struct{ state, event, outcome any }
+
+func textsOf(s airlock.State) stateTexts {
+	return stateTexts{string(s), airlock.CompletionEvent(s), airlock.CompletionOutcome(s)}
+}
+
+var completionTexts = map[airlock.State]stateTexts{
+	airlock.StateSucceeded: textsOf(airlock.StateSucceeded),
+	airlock.StateFailed:    textsOf(airlock.StateFailed),
+	airlock.StateInDoubt:   textsOf(airlock.StateInDoubt),
 }
 
 // InDoubtByTool implements airlock.RecordStore.
