@@ -43,7 +43,7 @@ func frontFuncs() map[string]upstream.Caller {
 	return map[string]upstream.Caller{"lookup": ok, "note": ok, "pay": ok}
 }
 
-func frontGatewayWith(t *testing.T, yaml string, funcs map[string]upstream.Caller, mods ...func(*gateway.Config)) *gateway.Gateway {
+func frontGatewayWith(t testing.TB, yaml string, funcs map[string]upstream.Caller, mods ...func(*gateway.Config)) *gateway.Gateway {
 	t.Helper()
 	m, err := manifest.Parse([]byte(yaml), "test.yaml")
 	if err != nil {

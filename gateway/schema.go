@@ -19,6 +19,11 @@ import (
 type argsSchema struct {
 	raw      map[string]any
 	resolved *jsonschema.Resolved
+	// covered: validate's own checks are the whole schema
+	// (coveredBySchemaChecks), so the validator is not run.
+	covered bool
+	// alwaysFull runs the validator even so (tests compare the two).
+	alwaysFull bool
 }
 
 func newArgsSchema(tool *airlock.Tool) (*argsSchema, error) {
@@ -38,7 +43,7 @@ func newArgsSchema(tool *airlock.Tool) (*argsSchema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: input_schema: %w", tool.Name, err)
 	}
-	return &argsSchema{raw: raw, resolved: rs}, nil
+	return &argsSchema{raw: raw, resolved: rs, covered: coveredBySchemaChecks(raw)}, nil
 }
 
 // jsonSchemaJSON is the schema as JSON, for MCP tool lists.
@@ -88,36 +93,31 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 			}
 		}
 	}
-	names := make([]string, 0, len(args))
-	for k := range args {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		p, known := props[name].(map[string]any)
-		if !known {
-			if ap, ok := a.raw["additionalProperties"].(bool); ok && !ap {
-				known := make([]string, 0, len(props))
-				for k := range props {
-					known = append(known, k)
+	for name, v := range args {
+		if a.checkField(props, name, v) != nil {
+			// The first bad field by name, whatever the map's order.
+			names := make([]string, 0, len(args))
+			for k := range args {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			for _, name := range names {
+				if err := a.checkField(props, name, args[name]); err != nil {
+					return err
 				}
-				sort.Strings(known)
-				return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown field %q: the fields are %s; nothing was executed", name, strings.Join(known, ", "))
-			}
-			continue
-		}
-		if want, ok := p["type"].(string); ok {
-			if got := jsonType(args[name]); !typeMatches(want, got) {
-				return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "field %q must be %s, not %s; nothing was executed", name, article(want), article(got))
 			}
 		}
+	}
+	if hasNumberOutOfRange(args) {
+		path, n, _ := numberOutOfRange(args, "")
+		return airlock.FieldErrorf(airlock.CodeInvalidArgument, path, "field %q: the number %s is out of range (a JSON number here must lie within ±1.8e308); nothing was executed", path, truncateNumber(n))
+	}
+	if a.covered && !a.alwaysFull {
+		return nil // the checks above are all the schema asks
 	}
 	// The full schema (enums, patterns, nested objects). jsonschema-go
 	// wants plain JSON values, not json.Number, so it gets its own decoding
 	// of the canonical bytes.
-	if path, n, ok := numberOutOfRange(args, ""); ok {
-		return airlock.FieldErrorf(airlock.CodeInvalidArgument, path, "field %q: the number %s is out of range (a JSON number here must lie within ±1.8e308); nothing was executed", path, truncateNumber(n))
-	}
 	var plain any
 	if err := json.Unmarshal(parsed.JSON(), &plain); err != nil {
 		return airlock.FieldErrorf(airlock.CodeInvalidArgument, "args", "the arguments cannot be read as JSON values: %v; nothing was executed", err)
@@ -133,6 +133,96 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 	return nil
 }
 
+// checkField checks one argument against its property: known (where
+// additionalProperties is false) and of its type.
+func (a *argsSchema) checkField(props map[string]any, name string, v any) error {
+	p, known := props[name].(map[string]any)
+	if !known {
+		if ap, ok := a.raw["additionalProperties"].(bool); ok && !ap {
+			known := make([]string, 0, len(props))
+			for k := range props {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown field %q: the fields are %s; nothing was executed", name, strings.Join(known, ", "))
+		}
+		return nil
+	}
+	if want, ok := p["type"].(string); ok {
+		if got := jsonType(v); !typeMatches(want, got) {
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "field %q must be %s, not %s; nothing was executed", name, article(want), article(got))
+		}
+	}
+	return nil
+}
+
+// coveredBySchemaChecks reports whether validate's own checks (required
+// fields present, no unknown field where additionalProperties is false,
+// each property's single type) are all a schema asks, so that running the
+// full JSON Schema validator would refuse nothing more: a schema of only
+// those keywords and annotations. Anything else (enum, pattern, bounds,
+// nested properties, items, combinators, formats, a list of types) is
+// left to the validator.
+func coveredBySchemaChecks(raw map[string]any) bool {
+	for k, v := range raw {
+		switch k {
+		case "type":
+			if v != "object" {
+				return false
+			}
+		case "properties":
+			props, ok := v.(map[string]any)
+			if !ok {
+				return false
+			}
+			for _, p := range props {
+				if !coveredProperty(p) {
+					return false
+				}
+			}
+		case "required":
+			list, ok := v.([]any)
+			if !ok {
+				return false
+			}
+			for _, r := range list {
+				if _, ok := r.(string); !ok {
+					return false
+				}
+			}
+		case "additionalProperties":
+			if _, ok := v.(bool); !ok {
+				return false
+			}
+		case "$schema", "$comment", "title", "description":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func coveredProperty(p any) bool {
+	m, ok := p.(map[string]any)
+	if !ok {
+		return false
+	}
+	for k, v := range m {
+		switch k {
+		case "type":
+			switch v {
+			case "string", "number", "integer", "boolean", "null", "object", "array":
+			default:
+				return false
+			}
+		case "$comment", "title", "description", "examples", "default", "deprecated", "readOnly", "writeOnly":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func article(t string) string {
 	switch t {
 	case "array", "integer", "object":
@@ -141,6 +231,29 @@ func article(t string) string {
 		return "null"
 	}
 	return "a " + t
+}
+
+// hasNumberOutOfRange reports whether v holds a number no float64 holds
+// (numberOutOfRange then names the first, in order).
+func hasNumberOutOfRange(v any) bool {
+	switch x := v.(type) {
+	case json.Number:
+		_, err := strconv.ParseFloat(x.String(), 64)
+		return err != nil
+	case map[string]any:
+		for _, e := range x {
+			if hasNumberOutOfRange(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasNumberOutOfRange(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // numberOutOfRange finds a number no float64 holds (1e999999999), which
