@@ -45,6 +45,10 @@ type Metrics struct {
 
 	runsMu sync.Mutex
 	runs   map[string]int
+
+	// The series every guarded call touches, found once per label values
+	// (a vector's lookup hashes and compares its labels on every call).
+	callSeries, durationSeries, runSeries sync.Map
 }
 
 // Config configures New. A nil *Config means all defaults.
@@ -193,7 +197,7 @@ func OldestWait(w airlock.WaitingPlans, now time.Time) time.Duration {
 
 // SideEffect implements guard.Observer.
 func (m *Metrics) SideEffect(tool *airlock.Tool, out airlock.Outcome, took time.Duration, timedOut bool) {
-	m.ToolDuration.WithLabelValues(tool.Name).Observe(took.Seconds())
+	series(&m.durationSeries, tool.Name, func() prometheus.Observer { return m.ToolDuration.WithLabelValues(tool.Name) }).Observe(took.Seconds())
 	if timedOut {
 		m.ToolTimeouts.WithLabelValues(tool.Name).Inc()
 	}
@@ -224,7 +228,22 @@ func (m *Metrics) Call(tool string, kind airlock.ToolKind, a *airlock.Answer, er
 			m.InDoubt.WithLabelValues(tool).Inc()
 		}
 	}
-	m.ToolCalls.WithLabelValues(tool, string(kind), outcome).Inc()
+	if kind == "unknown" {
+		// Not cached: a tool nobody configured, named by the caller.
+		m.ToolCalls.WithLabelValues(tool, string(kind), outcome).Inc()
+		return
+	}
+	labels := [3]string{tool, string(kind), outcome}
+	series(&m.callSeries, labels, func() prometheus.Counter { return m.ToolCalls.WithLabelValues(labels[:]...) }).Inc()
+}
+
+// series is the series of a vector for its label values, from cache.
+func series[K comparable, S any](cache *sync.Map, labels K, find func() S) S {
+	if s, ok := cache.Load(labels); ok {
+		return s.(S)
+	}
+	s, _ := cache.LoadOrStore(labels, find())
+	return s.(S)
 }
 
 // RunCall counts a new side-effecting call of a run (in this process: the
@@ -238,7 +257,7 @@ func (m *Metrics) RunCall(tool, run string) {
 	m.runs[run]++
 	n := m.runs[run]
 	m.runsMu.Unlock()
-	m.sideEffectCalls.WithLabelValues(tool).Observe(float64(n))
+	series(&m.runSeries, tool, func() prometheus.Observer { return m.sideEffectCalls.WithLabelValues(tool) }).Observe(float64(n))
 }
 
 const maxRuns = 10000
