@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -57,7 +58,12 @@ func New(base string, cfg *Config) *Client {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	c := &Client{base: strings.TrimSuffix(base, "/"), client: cfg.HTTPClient, max: cfg.MaxResponse, header: cfg.Header}
+	c := &Client{base: strings.TrimSuffix(base, "/"), client: cfg.HTTPClient, max: cfg.MaxResponse, header: http.Header{}}
+	for k, vs := range cfg.Header {
+		for _, v := range vs {
+			c.header.Add(k, v) // canonical names, as Call copies them
+		}
+	}
 	if c.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
@@ -92,22 +98,24 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 	if err != nil {
 		return airlock.Outcome{Kind: airlock.OutcomeNotSent, Err: err}
 	}
+	// The header is built in place, its constant values shared (clipped,
+	// so that an append never writes into them): one map, no
+	// canonicalizing, for every call.
+	h := make(http.Header, len(c.header)+5)
 	for k, vs := range c.header {
-		for _, v := range vs {
-			hreq.Header.Add(k, v)
-		}
+		h[k] = slices.Clip(vs)
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
+	h["Content-Type"], h["Accept"] = jsonOnly, jsonOnly
 	if req.Key != "" {
-		hreq.Header.Set("Idempotency-Key", req.Key)
+		h["Idempotency-Key"] = []string{req.Key}
 	}
 	if req.TraceParent != "" {
-		hreq.Header.Set("traceparent", req.TraceParent)
+		h["Traceparent"] = []string{req.TraceParent}
 		if req.TraceState != "" {
-			hreq.Header.Set("tracestate", req.TraceState)
+			h["Tracestate"] = []string{req.TraceState}
 		}
 	}
+	hreq.Header = h
 	resp, err := c.client.Do(hreq)
 	if err != nil {
 		if !wrote.Load() && neverSent(err) {
@@ -116,7 +124,7 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: err}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.max+1))
+	raw, err := readBody(resp, c.max)
 	if err != nil {
 		// The service answered but the body broke off: it may have acted.
 		return airlock.Outcome{Kind: airlock.OutcomeUnknown, Err: fmt.Errorf("reading the response: %w", err)}
@@ -131,6 +139,31 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		raw = raw[:min(len(raw), 1024)]
 	}
 	return classify(resp.StatusCode, raw)
+}
+
+// jsonOnly is the value of Content-Type and Accept.
+var jsonOnly = []string{"application/json"}[:1:1]
+
+// readBody reads at most max+1 bytes of a response's body: into a buffer
+// of its length when it says one, else growing as it comes.
+func readBody(resp *http.Response, max int64) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= max {
+		raw := make([]byte, n+1) // one more, to see the body end where it said
+		got, err := io.ReadFull(resp.Body, raw)
+		switch {
+		case err == nil:
+			// Longer than it said; read on, up to the limit.
+			rest, err := io.ReadAll(io.LimitReader(resp.Body, max-n))
+			return append(raw, rest...), err
+		case (err == io.EOF || err == io.ErrUnexpectedEOF) && int64(got) == n:
+			return raw[:n], nil
+		case err == io.EOF:
+			return raw[:got], io.ErrUnexpectedEOF // shorter than it said
+		default:
+			return raw[:got], err
+		}
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, max+1))
 }
 
 func classify(status int, raw []byte) airlock.Outcome {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -161,6 +162,74 @@ func TestAnswerLargerThanTheLimit(t *testing.T) {
 				}
 				if err := json.Unmarshal(out.Result, &r); err != nil || !r.Omitted || !strings.Contains(r.Message, "limits.upstream_answer_bytes") {
 					t.Fatalf("result %s: want answer_omitted naming the limit", out.Result)
+				}
+			}
+		})
+	}
+}
+
+// TestAnswerReadWithAndWithoutItsLength: an answer is read whole whether
+// it says its length or is chunked, up to the limit either way; one that
+// ends before its stated length broke off (unknown); and the request
+// carries the configured header, the key and the trace context.
+func TestAnswerReadWithAndWithoutItsLength(t *testing.T) {
+	t.Parallel()
+	body := `{"ok":true,"n":"` + strings.Repeat("x", 100) + `"}`
+	for _, tc := range []struct {
+		name    string
+		length  string // Content-Length sent; "" chunked
+		write   string
+		broken  bool // close the connection after writing
+		max     int64
+		want    airlock.OutcomeKind
+		wantRaw string
+	}{
+		{"with its length", "", body, false, 1024, airlock.OutcomeSucceeded, body},
+		{"chunked", "-", body, false, 1024, airlock.OutcomeSucceeded, body},
+		{"exactly the limit", "", body, false, int64(len(body)), airlock.OutcomeSucceeded, body},
+		{"empty", "0", "", false, 1024, airlock.OutcomeSucceeded, "null"},
+		{"one byte over the limit", "", body, false, int64(len(body)) - 1, airlock.OutcomeSucceeded, ""},
+		{"chunked over the limit", "-", body, false, 10, airlock.OutcomeSucceeded, ""},
+		{"shorter than it said", "500", body, true, 1024, airlock.OutcomeUnknown, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var seen http.Header
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen = r.Header.Clone()
+				switch tc.length {
+				case "":
+					w.Header().Set("Content-Length", strconv.Itoa(len(tc.write)))
+				case "-":
+					w.(http.Flusher).Flush() // chunked: the length is not known
+				default:
+					w.Header().Set("Content-Length", tc.length)
+				}
+				_, _ = w.Write([]byte(tc.write))
+				if tc.broken {
+					w.(http.Flusher).Flush()
+					conn, _, _ := w.(http.Hijacker).Hijack()
+					conn.Close()
+				}
+			}))
+			defer srv.Close()
+			c := httpjson.New(srv.URL, &httpjson.Config{MaxResponse: tc.max, Header: http.Header{"x-api-key": {"secret"}}})
+			defer c.Close()
+			out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{}`), Key: "k1",
+				TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TraceState: "a=b"})
+			if out.Kind != tc.want {
+				t.Fatalf("outcome %d (%v), want %d", out.Kind, out.Err, tc.want)
+			}
+			if tc.wantRaw != "" && string(out.Result) != tc.wantRaw {
+				t.Fatalf("result %s, want %s", out.Result, tc.wantRaw)
+			}
+			if tc.want == airlock.OutcomeSucceeded && tc.wantRaw == "" && !strings.Contains(string(out.Result), "answer_omitted") {
+				t.Fatalf("result %s: want the answer omitted", out.Result)
+			}
+			for k, v := range map[string]string{"X-Api-Key": "secret", "Idempotency-Key": "k1", "Content-Type": "application/json",
+				"Accept": "application/json", "Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "Tracestate": "a=b"} {
+				if got := seen.Values(k); len(got) != 1 || got[0] != v {
+					t.Errorf("header %s: %q, want %q", k, got, v)
 				}
 			}
 		})
