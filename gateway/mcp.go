@@ -347,6 +347,7 @@ func renderHeader(a *airlock.Answer) string {
 // renderText is the answer in words for the model, with the result.
 func renderText(a *airlock.Answer) string {
 	var b strings.Builder
+	b.Grow(len(a.Message) + len(a.Result) + 192)
 	switch a.Status {
 	case airlock.StatusSucceeded:
 		switch {
@@ -378,7 +379,8 @@ func renderText(a *airlock.Answer) string {
 		b.WriteString(".")
 	}
 	if a.Result != nil {
-		fmt.Fprintf(&b, "\nResult: %s", a.Result)
+		b.WriteString("\nResult: ")
+		b.Write(a.Result)
 	}
 	return b.String()
 }

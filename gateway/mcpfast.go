@@ -88,11 +88,15 @@ func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, se
 		return false
 	}
 
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	ctx := r.Context()
 	if session != "" {
-		// A notifications/cancelled for this request silences its answer;
-		// the work goes on, as on the SDK's path.
+		// A notifications/cancelled for this request silences its answer
+		// and ends its wait; the work goes on, as on the SDK's path. (A
+		// stateless request is cancelled by closing its stream, which
+		// ends r's context.)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
 		d := &dropWriter{ResponseWriter: w, cancel: cancel}
 		defer g.cancels.track(session, string(msg.ID), d)()
 		w = d
