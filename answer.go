@@ -108,6 +108,13 @@ type Call struct {
 	Calendar *Calendar // for business_day windows
 	Args     *Args     // parsed at the edge (NewArgs); nil is {}
 	RunID    string
+	// WaitsToEnd: the caller's answer goes nowhere once its context ends
+	// (a closed connection, a cancelled MCP request), so a tool without
+	// respond_within runs its side effect on the caller's goroutine and
+	// answers when it ends, rather than answering in progress when the
+	// context ends; the side effect is not cancelled either way. It saves
+	// a goroutine and a hand-off per call (docs/DECISIONS.md, decision 68).
+	WaitsToEnd bool
 }
 
 // MaxKeyBytes caps a key a caller brings (an Idempotency-Key).

@@ -261,6 +261,10 @@ type CallRequest struct {
 	// Peer is the agent's MCP session, for an upstream that relays its
 	// server's messages to it during a read; nil: not an MCP call.
 	Peer upstream.Peer `json:"-"`
+	// WaitsToEnd: the answer goes nowhere once ctx ends (an HTTP request
+	// whose connection closed, an MCP request cancelled), so a write
+	// without respond_within is answered when it ends (airlock.Call).
+	WaitsToEnd bool `json:"-"`
 }
 
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
@@ -415,7 +419,7 @@ func (g *Gateway) call(ctx context.Context, r *route, req *CallRequest) (*airloc
 				Message: fmt.Sprintf("%s could not be read from its service; nothing was changed and it is safe to try again later", tool.Name)}
 		}
 	}
-	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID},
+	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID, WaitsToEnd: req.WaitsToEnd},
 		func(ctx context.Context, key string) airlock.Outcome {
 			tp, ts := g.traceOf(ctx)
 			// Progress goes to the caller whose call runs the side effect

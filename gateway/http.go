@@ -167,6 +167,7 @@ func (g *Gateway) handleCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, g.log, err)
 		return
 	}
+	req.WaitsToEnd = true // a request whose context ended has nobody to answer
 	a, err := g.Call(r.Context(), req)
 	if err != nil {
 		writeError(w, g.log, err)

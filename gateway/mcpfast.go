@@ -112,6 +112,11 @@ func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, se
 		return s
 	}
 	creq := g.mcpCallRequest(name, msg.params["arguments"], meta, r.Header, session, principal, stateless)
+	// A stateless request's context ends only when its stream closes: its
+	// answer then goes nowhere. (A session's request may be cancelled by
+	// notifications/cancelled while its stream stays open, which must then
+	// end at once, so it keeps the guard's wait.)
+	creq.WaitsToEnd = stateless
 	a, err := g.Call(ctx, creq)
 	if err != nil {
 		res, refusal := g.mcpCallError(name, err)

@@ -214,7 +214,7 @@ func (g *Guard) Do(ctx context.Context, c *airlock.Call, fn airlock.SideEffect) 
 	return g.do(ctx, &prepared{
 		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
 		args: c.Args, hash: d.ArgsHash(c.Tool, c.Args),
-		expiresAt: g.expiresAt(d, start), start: start,
+		expiresAt: g.expiresAt(d, start), start: start, waitsToEnd: c.WaitsToEnd,
 	}, fn)
 }
 
@@ -260,6 +260,9 @@ type prepared struct {
 	start     time.Time
 	deadline  time.Time // respond_within: answer in progress after it; zero: wait
 	owner     string    // the claim's owner; empty: g.newOwner()
+	// waitsToEnd: with no deadline, the side effect runs on the caller's
+	// goroutine and the caller waits for its end (Call.WaitsToEnd).
+	waitsToEnd bool
 }
 
 // do is the guarded call, in its steps: a repeat just after a window
@@ -410,6 +413,16 @@ func (g *Guard) takeOver(ctx context.Context, p *prepared, rec *airlock.Record, 
 // gives up or respond_within passes first: the side effect goes on and is
 // recorded, and the next repeat gets its result.
 func (g *Guard) await(ctx context.Context, p *prepared, rec *airlock.Record, fn airlock.SideEffect) (*airlock.Answer, error) {
+	if p.waitsToEnd && p.deadline.IsZero() {
+		g.inflight.Add(1)
+		r := g.execute(context.WithoutCancel(ctx), p.tool, rec, fn)
+		g.inflight.Done()
+		if r.err != nil {
+			return nil, r.err
+		}
+		r.answer.Key = p.key
+		return r.answer, nil
+	}
 	done := make(chan result, 1)
 	g.inflight.Add(1)
 	go func() {
