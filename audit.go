@@ -88,8 +88,10 @@ func (e *AuditEvent) ChainHash(prev string) string {
 	bp := chainBufs.Get().(*[]byte)
 	b := e.chainHashJSON((*bp)[:0], prev)
 	sum := sha256.Sum256(b)
-	*bp = b
-	chainBufs.Put(bp)
+	if cap(b) <= 64<<10 { // a buffer grown by a large event is not kept
+		*bp = b
+		chainBufs.Put(bp)
+	}
 	return hex.EncodeToString(sum[:])
 }
 
