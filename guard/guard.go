@@ -94,7 +94,6 @@ type Guard struct {
 	hub         *hub
 	unsub       func()
 	leases      *leaseKeeper
-	workers     *workers
 
 	ownerPrefix string
 	seq         atomic.Uint64
@@ -117,7 +116,6 @@ func New(store airlock.GuardStore, cfg *Config) *Guard {
 		tracer:   cfg.Tracer,
 		log:      cfg.Logger,
 		hub:      newHub(),
-		workers:  newWorkers(),
 	}
 	if g.clock == nil {
 		g.clock, g.systemClock = clockwork.NewRealClock(), true
@@ -179,7 +177,6 @@ func New(store airlock.GuardStore, cfg *Config) *Guard {
 // this guard started to finish and be recorded.
 func (g *Guard) Close() {
 	g.inflight.Wait()
-	g.workers.close()
 	g.leases.close()
 	g.unsub()
 	g.events.close()
@@ -428,10 +425,10 @@ func (g *Guard) await(ctx context.Context, p *prepared, rec *airlock.Record, fn 
 	}
 	done := make(chan result, 1)
 	g.inflight.Add(1)
-	g.workers.run(func() {
+	go func() {
 		defer g.inflight.Done()
 		done <- g.execute(context.WithoutCancel(ctx), p.tool, rec, fn)
-	})
+	}()
 	var timer <-chan time.Time
 	if !p.deadline.IsZero() {
 		t := g.clock.NewTimer(g.clock.Until(p.deadline))
