@@ -249,13 +249,28 @@ type actorKey struct{}
 
 // WithActor names who acts (a token's name) for the audit log.
 func WithActor(ctx context.Context, actor string) context.Context {
-	return context.WithValue(ctx, actorKey{}, actor)
+	return &actorCtx{Context: ctx, actor: actor}
+}
+
+// actorCtx carries the actor: one allocation per request (a
+// context.WithValue of a string costs two, and one more each time it is
+// read).
+type actorCtx struct {
+	context.Context
+	actor string
+}
+
+func (c *actorCtx) Value(key any) any {
+	if key == (actorKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // ActorFrom returns the actor of ctx, or ActorSystem.
 func ActorFrom(ctx context.Context) string {
-	if a, ok := ctx.Value(actorKey{}).(string); ok && a != "" {
-		return a
+	if c, ok := ctx.Value(actorKey{}).(*actorCtx); ok && c.actor != "" {
+		return c.actor
 	}
 	return ActorSystem
 }

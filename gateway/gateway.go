@@ -462,21 +462,23 @@ func (g *Gateway) callableNames() []string {
 
 // AnswerObject is the JSON an agent receives (POST /v1/calls, and MCP
 // structured content): the answer, never the key.
-func AnswerObject(a *airlock.Answer) map[string]any {
-	obj := map[string]any{"status": a.Status, "repeat": a.Repeat}
-	if a.Result != nil {
-		obj["result"] = a.Result
-	}
-	if a.Conflict != nil {
-		obj["conflict"] = a.Conflict
-	}
-	if a.Message != "" {
-		obj["message"] = a.Message
-	}
+func AnswerObject(a *airlock.Answer) *AnswerBody {
+	obj := &AnswerBody{Status: a.Status, Repeat: a.Repeat, Result: a.Result, Conflict: a.Conflict, Message: a.Message}
 	if a.Plan != nil {
-		obj["plan"] = AgentPlan(a.Plan)
+		obj.Plan = AgentPlan(a.Plan)
 	}
 	return obj
+}
+
+// AnswerBody is AnswerObject's JSON; its members in the order of their
+// names, as a map's would be written (one allocation, not a map's five).
+type AnswerBody struct {
+	Conflict *airlock.Conflict `json:"conflict,omitempty"`
+	Message  string            `json:"message,omitempty"`
+	Plan     map[string]any    `json:"plan,omitempty"`
+	Repeat   bool              `json:"repeat"`
+	Result   json.RawMessage   `json:"result,omitempty"`
+	Status   airlock.Status    `json:"status"`
 }
 
 // AgentPlan is what an agent learns of a plan: its id, tool, status, the

@@ -29,10 +29,16 @@ import (
 // body, a request the SDK would refuse — goes to the SDK unchanged, and
 // the SDK answers it (with its error, where it has one).
 
-// fastParams are the tools/call params the fast path serves; any other
-// member (task, inputResponses, requestState, one a later revision adds)
-// sends the request to the SDK.
-var fastParams = map[string]bool{"name": true, "arguments": true, "_meta": true}
+// fastParam reports whether a tools/call param is one the fast path
+// serves; any other member (task, inputResponses, requestState, one a
+// later revision adds) sends the request to the SDK.
+func fastParam(name string) bool {
+	switch name {
+	case "name", "arguments", "_meta":
+		return true
+	}
+	return false
+}
 
 // fastCall answers msg, a request to /mcp of principal, if it is one the
 // fast path serves, and reports whether it did; owned says session is one
@@ -42,12 +48,12 @@ func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, se
 		return false
 	}
 	for k := range msg.params {
-		if !fastParams[k] {
+		if !fastParam(k) {
 			return false
 		}
 	}
-	var name string
-	if json.Unmarshal(msg.params["name"], &name) != nil {
+	name, ok := jsonString(msg.params["name"])
+	if !ok {
 		return false
 	}
 	rt := g.routes[name]
@@ -104,14 +110,7 @@ func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, se
 	if principal != "" {
 		ctx = airlock.WithActor(ctx, principal)
 	}
-	meta := func(k string) string {
-		var s string
-		if v, ok := msg.meta[k]; ok {
-			_ = json.Unmarshal(v, &s)
-		}
-		return s
-	}
-	creq := g.mcpCallRequest(name, msg.params["arguments"], meta, r.Header, session, principal, stateless)
+	creq := g.mcpCallRequest(name, msg.params["arguments"], msg.metaString, r.Header, session, principal, stateless)
 	// A stateless request's context ends only when its stream closes: its
 	// answer then goes nowhere. (A session's request may be cancelled by
 	// notifications/cancelled while its stream stays open, which must then

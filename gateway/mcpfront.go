@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -227,6 +228,19 @@ type edgeMessage struct {
 	// params and meta are the request's params and params._meta, member
 	// by member (nil when absent or not objects), for the fast path.
 	params, meta map[string]json.RawMessage
+	// metaText are the metaStrings fields of _meta, in their order, as
+	// decoded ("" when absent or null).
+	metaText [len(metaStrings)]string
+}
+
+// metaString is the text of one of the metaStrings fields of _meta.
+func (m *edgeMessage) metaString(field string) string {
+	for i, f := range metaStrings {
+		if f == field {
+			return m.metaText[i]
+		}
+	}
+	return ""
 }
 
 // liftTask moves a tools/call's params.task into its _meta, where the
@@ -279,11 +293,12 @@ func (m *edgeMessage) id() json.RawMessage {
 func parseEdge(body []byte) (edgeMessage, int, string) {
 	var out edgeMessage
 	trimmed := bytes.TrimSpace(body)
-	notJSON := func(err error) (edgeMessage, int, string) {
-		return out, rpcParseError, "parse error: the body is not JSON (" + err.Error() + "); send one JSON-RPC 2.0 message"
+	notJSON := func(err error) (int, string) {
+		return rpcParseError, "parse error: the body is not JSON (" + err.Error() + "); send one JSON-RPC 2.0 message"
 	}
 	if len(trimmed) == 0 {
-		return notJSON(errors.New("the body is empty"))
+		code, problem := notJSON(errors.New("the body is empty"))
+		return out, code, problem
 	}
 	// Members are read by their exact names, as the SDK reads them (a map,
 	// not a struct: encoding/json would match "Method" or "_META" too).
@@ -292,7 +307,8 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 		// One pass: the decoder checks the whole body is JSON before it
 		// fills anything in.
 		if err := json.Unmarshal(trimmed, &msg); err != nil {
-			return notJSON(err)
+			code, problem := notJSON(err)
+			return out, code, problem
 		}
 		out.ID = msg["id"]
 		if tooDeep(trimmed) {
@@ -301,7 +317,8 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	} else {
 		var v any
 		if err := json.Unmarshal(trimmed, &v); err != nil {
-			return notJSON(err)
+			code, problem := notJSON(err)
+			return out, code, problem
 		}
 		if trimmed[0] == '[' {
 			return out, rpcInvalidRequest, "invalid request: a batch (a JSON array of messages) is not served; send one JSON-RPC 2.0 message at a time"
@@ -310,8 +327,7 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	}
 	out.ID = msg["id"]
 	if v, ok := msg["jsonrpc"]; !ok || string(v) != `"2.0"` {
-		var s string
-		if !ok || json.Unmarshal(v, &s) != nil || s != "2.0" {
+		if s, isString := jsonString(v); !ok || !isString || s != "2.0" {
 			return out, rpcInvalidRequest, "invalid request: \"jsonrpc\" must be \"2.0\""
 		}
 	}
@@ -322,7 +338,8 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 		return out, rpcInvalidRequest, "invalid request: \"method\" is required (a string such as \"tools/call\")"
 	}
 	if hasMethod {
-		if json.Unmarshal(method, &out.Method) != nil || out.Method == "" {
+		var isString bool
+		if out.Method, isString = jsonString(method); !isString || out.Method == "" {
 			return out, rpcInvalidRequest, "invalid request: \"method\" must be a non-empty string such as \"tools/call\""
 		}
 	}
@@ -341,7 +358,7 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	out.params = params
 	out.cancelledID = params["requestId"]
 	if strings.HasPrefix(out.Method, "tasks/") {
-		_ = json.Unmarshal(params["taskId"], &out.taskID)
+		out.taskID, _ = jsonString(params["taskId"])
 	}
 	if task := params["task"]; out.Method == "tools/call" && len(task) > 0 && string(task) != "null" {
 		if task[0] != '{' {
@@ -359,23 +376,40 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	var meta map[string]json.RawMessage
 	_ = json.Unmarshal(rawMeta, &meta)
 	out.meta = meta
-	for _, field := range metaStrings {
+	for i, field := range metaStrings {
 		v, ok := meta[field]
 		if !ok || string(v) == "null" {
 			continue
 		}
-		var s string
-		if json.Unmarshal(v, &s) != nil {
+		s, isString := jsonString(v)
+		if !isString {
 			return out, rpcInvalidParams, fmt.Sprintf("invalid params: _meta[%q] must be a string, not %s; nothing was executed", field, kindOf(v))
 		}
-		if field == MetaProtocolVersion {
-			out.protocolVersion = s
-		}
+		out.metaText[i] = s
 	}
+	out.protocolVersion = out.metaText[0]
 	if v, ok := meta[metaClientCapabilities]; ok && (len(v) == 0 || v[0] != '{') {
 		return out, rpcInvalidParams, fmt.Sprintf("invalid params: _meta[%q] must be an object, not %s; nothing was executed", metaClientCapabilities, kindOf(v))
 	}
 	return out, 0, ""
+}
+
+// jsonString decodes v, a valid JSON value, when it is a string. A string
+// with no escape and valid UTF-8 is its own text between the quotes (the
+// common case, without the decoder's allocations); any other goes through
+// encoding/json, which reads it as the SDK does.
+func jsonString(v json.RawMessage) (string, bool) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		inner := v[1 : len(v)-1]
+		if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+			return string(inner), true
+		}
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // maxDepth is how deep a message may nest: the SDK refuses deeper ones,
@@ -411,8 +445,9 @@ func tooDeep(b []byte) bool {
 	return false
 }
 
-// metaStrings are the _meta fields airlock reads as text.
-var metaStrings = []string{MetaProtocolVersion, MetaRun, MetaCallID, metaTraceParent, metaTraceState}
+// metaStrings are the _meta fields airlock reads as text; the protocol
+// version first (parseEdge reads it from there).
+var metaStrings = [...]string{MetaProtocolVersion, MetaRun, MetaCallID, metaTraceParent, metaTraceState}
 
 const metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
 

@@ -22,7 +22,9 @@ import (
 var ErrClosed = errors.New("groupcommit: closed")
 
 // Slot is an item's place in a batch. Items embed one; its zero value is
-// ready to use, once per Submit.
+// ready to use. An item may be submitted again once its Submit returned
+// (a pool of items saves their allocations): its channel is empty then,
+// and is reused.
 type Slot struct {
 	// done receives true when the caller is to lead, false when the item
 	// is done. Room for both, so a send never blocks.
@@ -82,7 +84,10 @@ func (b *Batcher[T]) Submit(ctx context.Context, item T) error {
 		return err
 	}
 	slot := item.GroupSlot()
-	slot.done, slot.taken, slot.handed = make(chan bool, 2), false, false
+	if slot.done == nil {
+		slot.done = make(chan bool, 2)
+	}
+	slot.taken, slot.handed = false, false
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

@@ -114,21 +114,33 @@ func (s *Store) AppendAudit(ctx context.Context, events []*airlock.AuditEvent) e
 	})
 }
 
-func scanAudit(row pgx.Row) (*airlock.AuditEvent, error) {
-	// Values, not pointers, for the nullable columns, and the JSON columns
-	// read straight into bytes: the sealer reads every event back.
-	var (
-		e          airlock.AuditEvent
-		seq        pgtype.Int8
-		prev, hash pgtype.Text
-	)
-	if err := row.Scan(&e.ID, &seq, &e.At, &e.Kind, &e.RunID, &e.Key, &e.Tool, (*[]byte)(&e.Args), (*[]byte)(&e.Result), &e.Error, &e.Actor,
-		&e.PlanID, &e.Rule, &e.DecisionHash, &e.Outcome, &e.TimedOut, &e.DurationUS, &prev, &hash); err != nil {
+// auditScanner reads audit rows into new events, one allocation each:
+// the nullable columns and the list of destinations are its own, reused
+// from row to row (the sealer reads every event back).
+type auditScanner struct {
+	seq        pgtype.Int8
+	prev, hash pgtype.Text
+	dest       [19]any
+}
+
+// scanAudit returns a scan function for the rows of one query.
+func scanAudit() func(pgx.Row) (*airlock.AuditEvent, error) {
+	sc := &auditScanner{}
+	return sc.scan
+}
+
+func (sc *auditScanner) scan(row pgx.Row) (*airlock.AuditEvent, error) {
+	e := &airlock.AuditEvent{}
+	sc.dest = [19]any{&e.ID, &sc.seq, &e.At, &e.Kind, &e.RunID, &e.Key, &e.Tool, (*[]byte)(&e.Args), (*[]byte)(&e.Result), &e.Error, &e.Actor,
+		&e.PlanID, &e.Rule, &e.DecisionHash, &e.Outcome, &e.TimedOut, &e.DurationUS, &sc.prev, &sc.hash}
+	err := row.Scan(sc.dest[:]...)
+	sc.dest = [19]any{} // the next event's, not this one's
+	if err != nil {
 		return nil, err
 	}
 	e.At = e.At.UTC()
-	e.Seq, e.PrevHash, e.Hash = seq.Int64, prev.String, hash.String
-	return &e, nil
+	e.Seq, e.PrevHash, e.Hash = sc.seq.Int64, sc.prev.String, sc.hash.String
+	return e, nil
 }
 
 // auditLock serialises sealers across replicas.
@@ -180,7 +192,7 @@ func (r sealRows) Unsealed(ctx context.Context, afterID int64, limit int) ([]*ai
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, scanAudit)
+	return collect(rows, scanAudit())
 }
 
 // WriteSeals is one statement for the page: the rows are found by id (the
@@ -302,7 +314,7 @@ func (s *Store) AuditLog(ctx context.Context, after int64, limit int) ([]*airloc
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, scanAudit)
+	return collect(rows, scanAudit())
 }
 
 // UnsealedAudit implements airlock.AuditStore.
@@ -322,7 +334,7 @@ func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, scanAudit)
+	return collect(rows, scanAudit())
 }
 
 // firstAuditIDAt finds (about) the first event id at or after t by a binary
@@ -498,5 +510,5 @@ func (s *Store) AuditTrail(ctx context.Context, f airlock.AuditFilter) ([]*airlo
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, scanAudit)
+	return collect(rows, scanAudit())
 }

@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +30,23 @@ type op struct {
 
 	inserted bool // claim: the row was inserted
 	err      error
+}
+
+// ops are reused: a claim and a completion a call, each with its
+// channel, would otherwise be four allocations.
+var ops = sync.Pool{New: func() any { return new(op) }}
+
+func newOp(claim *airlock.Claim, complete *airlock.Completion) *op {
+	o := ops.Get().(*op)
+	o.claim, o.complete = claim, complete
+	return o
+}
+
+// free returns o to the pool; its Submit has returned, and nothing reads
+// it after.
+func (o *op) free() {
+	*o = op{Slot: o.Slot}
+	ops.Put(o)
 }
 
 func (o *op) key() string {
@@ -85,13 +104,16 @@ const claimBatchSQL = `WITH ins AS (
 
 func claimArgs(ops []*op) []any {
 	n := len(ops)
-	// One allocation for the columns and the arguments pointing at them (a
-	// pointer in an interface costs none; a slice would cost one each).
-	c := &claimColumns{
-		keys: make([]string, n), tools: make([]string, n), runs: make([]string, n), windows: make([]string, n),
-		args: make([]string, n), hashes: make([]string, n), owners: make([]string, n),
-		leases: make([]time.Time, n), nows: make([]time.Time, n), expires: make([]pgtype.Timestamptz, n), actors: make([]string, n),
-	}
+	// Three allocations for the columns (their text, their times, and the
+	// arguments pointing at them: a pointer in an interface costs none).
+	c := &claimColumns{}
+	text := make([]string, 8*n)
+	col := func(i int) []string { return text[i*n : (i+1)*n : (i+1)*n] }
+	c.keys, c.tools, c.runs, c.windows = col(0), col(1), col(2), col(3)
+	c.args, c.hashes, c.owners, c.actors = col(4), col(5), col(6), col(7)
+	times := make([]time.Time, 2*n)
+	c.leases, c.nows = times[:n:n], times[n:]
+	c.expires = make([]pgtype.Timestamptz, n)
 	for i, o := range ops {
 		cl := o.claim
 		c.actors[i] = airlock.ActorOr(cl.Actor)
@@ -114,14 +136,33 @@ type claimColumns struct {
 	all                        [11]any
 }
 
-// readKeys collects the first column of every row.
-func readKeys(rows pgx.Rows) (map[string]bool, error) {
+// markInserted sets inserted on each claim whose key a row of the claim
+// statement names (the rows it inserted); claims are sorted by key
+// (dedupe), so each row finds its claim without a copy of its key.
+func markInserted(rows pgx.Rows, claims []*op) error {
 	defer rows.Close()
-	out := map[string]bool{}
 	for rows.Next() {
-		out[string(rows.RawValues()[0])] = true
+		key := rows.RawValues()[0]
+		if i, ok := slices.BinarySearchFunc(claims, key, func(o *op, key []byte) int {
+			return compareKey(o.claim.Key, key)
+		}); ok {
+			claims[i].inserted = true
+		}
 	}
-	return out, rows.Err()
+	return rows.Err()
+}
+
+// compareKey is strings.Compare(s, string(b)), without the copy.
+func compareKey(s string, b []byte) int {
+	for i := range min(len(s), len(b)) {
+		if s[i] != b[i] {
+			if s[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return cmp.Compare(len(s), len(b))
 }
 
 // flush sends a batch of completions and claims as one pipeline: one round
@@ -163,7 +204,6 @@ func (s *Store) flush(ops []*op) {
 		}
 	}
 	completed := make([]bool, len(completes))
-	var inserted map[string]bool
 	br := s.pool.SendBatch(ctx, &b)
 	var err error
 	if !s.noAudit {
@@ -184,7 +224,7 @@ func (s *Store) flush(ops []*op) {
 	if err == nil && len(claims) > 0 {
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
-			inserted, err = readKeys(rows)
+			err = markInserted(rows, claims)
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -210,7 +250,7 @@ func (s *Store) flush(ops []*op) {
 			}
 		}
 		for _, o := range claims {
-			o.finish(inserted[o.claim.Key], nil)
+			o.finish(o.inserted, nil)
 		}
 	}
 	if len(rest) > 0 {

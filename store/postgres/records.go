@@ -73,14 +73,17 @@ func nullText(b []byte) *string {
 // (group commit); a claim that finds the key taken reads the record.
 func (s *Store) Claim(ctx context.Context, c *airlock.Claim) (*airlock.Record, bool, error) {
 	for {
-		o := &op{claim: c}
-		if err := s.submit(ctx, o); err != nil {
+		o := newOp(c, nil)
+		err := s.submit(ctx, o)
+		if err == nil {
+			err = o.err
+		}
+		inserted := o.inserted
+		o.free()
+		if err != nil {
 			return nil, false, err
 		}
-		if o.err != nil {
-			return nil, false, o.err
-		}
-		if o.inserted {
+		if inserted {
 			return &airlock.Record{
 				Key: c.Key, Tool: c.Tool, RunID: c.RunID, WindowID: c.WindowID, State: airlock.StateRunning,
 				Args: c.Args, ArgsHash: c.ArgsHash, Owner: c.Owner, LeaseUntil: c.LeaseUntil, Attempts: 1,
@@ -121,11 +124,13 @@ func (s *Store) claimOne(ctx context.Context, c *airlock.Claim) (bool, error) {
 // sent, because NOTIFY takes a database-wide lock at commit and would
 // serialise every completion.
 func (s *Store) Complete(ctx context.Context, c *airlock.Completion) error {
-	o := &op{complete: c}
-	if err := s.submit(ctx, o); err != nil {
-		return err
+	o := newOp(nil, c)
+	err := s.submit(ctx, o)
+	if err == nil {
+		err = o.err
 	}
-	return o.err
+	o.free()
+	return err
 }
 
 func (s *Store) completeOne(ctx context.Context, c *airlock.Completion) error {

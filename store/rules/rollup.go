@@ -58,7 +58,7 @@ func RollUp(events []*airlock.AuditEvent) ([]airlock.RollupRow, []airlock.RunCal
 				add(e, airlock.FigureTimeouts)
 			}
 			if e.DurationUS > 0 {
-				add(e, airlock.FigureDuration+strconv.Itoa(airlock.DurationBucket(time.Duration(e.DurationUS)*time.Microsecond)))
+				add(e, bucketFigure(durationFigures, airlock.FigureDuration, e.DurationUS))
 			}
 			if e.RunID == "" || (len(e.Result) == 0 && e.Error == "") {
 				add(e, airlock.FigureIncomplete)
@@ -79,7 +79,7 @@ func RollUp(events []*airlock.AuditEvent) ([]airlock.RollupRow, []airlock.RunCal
 				continue
 			}
 			add(e, airlock.FigureDecided)
-			add(e, airlock.FigureWait+strconv.Itoa(airlock.DurationBucket(time.Duration(e.DurationUS)*time.Microsecond)))
+			add(e, bucketFigure(waitFigures, airlock.FigureWait, e.DurationUS))
 		}
 	}
 	rows := make([]airlock.RollupRow, 0, len(order))
@@ -91,6 +91,27 @@ func RollUp(events []*airlock.AuditEvent) ([]airlock.RollupRow, []airlock.RunCal
 		rc = append(rc, *runs[k])
 	}
 	return rows, rc
+}
+
+// The bucket figures' names, made once: every completion adds to one.
+// A bucket is at most 8 × 64 (a doubling each of a duration's bits).
+var durationFigures, waitFigures = bucketFigures(airlock.FigureDuration), bucketFigures(airlock.FigureWait)
+
+func bucketFigures(prefix string) []string {
+	names := make([]string, 8*64+2)
+	for b := range names {
+		names[b] = prefix + strconv.Itoa(b)
+	}
+	return names
+}
+
+// bucketFigure is the figure of the bucket of a duration in microseconds.
+func bucketFigure(names []string, prefix string, us int64) string {
+	b := airlock.DurationBucket(time.Duration(us) * time.Microsecond)
+	if b >= 0 && b < len(names) {
+		return names[b]
+	}
+	return prefix + strconv.Itoa(b)
 }
 
 // ByHour sums minute rows per hour; the rows' Minute holds the Unix hour.
