@@ -115,6 +115,11 @@ type Call struct {
 	// context ends; the side effect is not cancelled either way. It saves
 	// a goroutine and a hand-off per call (docs/DECISIONS.md, decision 68).
 	WaitsToEnd bool
+	// GiveUp, when it closes, ends the caller's wait as its context ending
+	// would, where the caller's context goes on (an MCP request cancelled
+	// by notifications/cancelled, whose stream stays open): the call is
+	// answered in progress and the side effect goes on. Nil: none.
+	GiveUp <-chan struct{}
 }
 
 // MaxKeyBytes caps a key a caller brings (an Idempotency-Key).

@@ -157,7 +157,6 @@ type Gateway struct {
 	gather      prometheus.Gatherer
 	ui          http.Handler
 	tracer      airlock.Tracer      // nil: no spans
-	cancels     cancels             // /mcp requests in flight, for notifications/cancelled
 	peers       peers               // MCP sessions that upstreams relay to
 	ready       readiness           // the last /readyz probe
 	throttle    *Throttle           // failed bearer tokens, per address
@@ -265,6 +264,9 @@ type CallRequest struct {
 	// whose connection closed, an MCP request cancelled), so a write
 	// without respond_within is answered when it ends (airlock.Call).
 	WaitsToEnd bool `json:"-"`
+	// GiveUp ends the wait for the answer, the request's context going on
+	// (airlock.Call.GiveUp): an MCP request cancelled in its session.
+	GiveUp <-chan struct{} `json:"-"`
 }
 
 // Call is the one call path of MCP and POST /v1/calls. Errors are bad
@@ -419,7 +421,7 @@ func (g *Gateway) call(ctx context.Context, r *route, req *CallRequest) (*airloc
 				Message: fmt.Sprintf("%s could not be read from its service; nothing was changed and it is safe to try again later", tool.Name)}
 		}
 	}
-	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID, WaitsToEnd: req.WaitsToEnd},
+	return g.guard.Do(ctx, &airlock.Call{Tool: tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID, WaitsToEnd: req.WaitsToEnd, GiveUp: req.GiveUp},
 		func(ctx context.Context, key string) airlock.Outcome {
 			tp, ts := g.traceOf(ctx)
 			// Progress goes to the caller whose call runs the side effect

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"mime"
 	"net"
@@ -43,7 +42,7 @@ func fastParam(name string) bool {
 // fastCall answers msg, a request to /mcp of principal, if it is one the
 // fast path serves, and reports whether it did; owned says session is one
 // airlock saw principal open.
-func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, session string, owned bool, requested string, msg *edgeMessage) bool {
+func (g *Gateway) fastCall(w http.ResponseWriter, d *dropWriter, r *http.Request, principal, session string, owned bool, requested string, msg *edgeMessage) bool {
 	if g.fastOff || msg.Method != "tools/call" || msg.task || len(msg.ID) == 0 || msg.params == nil {
 		return false
 	}
@@ -95,17 +94,13 @@ func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, se
 	}
 
 	ctx := r.Context()
-	if session != "" {
+	var giveUp <-chan struct{}
+	if d != nil {
 		// A notifications/cancelled for this request silences its answer
-		// and ends its wait; the work goes on, as on the SDK's path. (A
-		// stateless request is cancelled by closing its stream, which
-		// ends r's context.)
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		d := &dropWriter{ResponseWriter: w, cancel: cancel}
-		defer g.cancels.track(session, string(msg.ID), d)()
-		w = d
+		// (d) and ends its wait (d.gone); the work goes on, as on the SDK's
+		// path. (A stateless request is cancelled by closing its stream,
+		// which ends r's context.)
+		w, giveUp = d, d.gone
 	}
 	if principal != "" {
 		ctx = airlock.WithActor(ctx, principal)
@@ -116,6 +111,7 @@ func (g *Gateway) fastCall(w http.ResponseWriter, r *http.Request, principal, se
 	// notifications/cancelled while its stream stays open, which must then
 	// end at once, so it keeps the guard's wait.)
 	creq.WaitsToEnd = stateless
+	creq.GiveUp = giveUp
 	a, err := g.Call(ctx, creq)
 	if err != nil {
 		res, refusal := g.mcpCallError(name, err)

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -98,11 +96,19 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			return
 		}
 		session := r.Header.Get("Mcp-Session-Id")
-		owned := false // a session airlock saw this principal open
+		var d *dropWriter // the answer of a request of the session
+		owned := false    // a session airlock saw this principal open
 		if session != "" {
-			var end func()
-			if end, owned = g.sessions.busy(session, p.Name); owned {
-				defer end()
+			if msg.Method != "" && len(msg.ID) > 0 {
+				d = &dropWriter{ResponseWriter: w, gone: make(chan struct{})}
+			}
+			reqID := string(msg.ID)
+			if s := g.sessions.begin(session, p.Name, reqID, d); s != nil {
+				owned = true
+				defer g.sessions.end(s, reqID, d)
+			}
+			if !owned {
+				d = nil
 			}
 		}
 		requested := r.Header.Get("Mcp-Protocol-Version")
@@ -123,7 +129,7 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 				fmt.Sprintf("header mismatch: Mcp-Name %s is not the request's params.taskId %s; nothing was done", quoteShort(name), quoteShort(msg.taskID)), nil, msg.ID)
 			return
 		}
-		if g.fastCall(w, r, p.Name, session, owned, requested, &msg) {
+		if g.fastCall(w, d, r, p.Name, session, owned, requested, &msg) {
 			return
 		}
 		if msg.task {
@@ -137,55 +143,17 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			return
 		}
 		switch {
-		case msg.Method == "notifications/cancelled":
+		case msg.Method == "notifications/cancelled" && session != "":
 			// Mark the cancelled request before the SDK cancels its handler,
 			// so that the answer the handler still returns is not sent: the
 			// receiver of a cancellation SHOULD NOT respond. The work goes on,
 			// and the next repeat gets its result.
-			g.cancels.cancel(session, string(msg.cancelledID))
-		case msg.Method != "" && len(msg.ID) > 0 && session != "":
-			d := &dropWriter{ResponseWriter: w}
-			done := g.cancels.track(session, string(msg.ID), d)
-			defer done()
+			g.sessions.cancel(session, p.Name, string(msg.cancelledID))
+		case d != nil:
 			w = d
 		}
 		g.guardSession(w, r, p.Name, msg.Method, msg.ID, func(w http.ResponseWriter) { stateful.ServeHTTP(w, r) })
 	})
-}
-
-// cancels are the requests in flight on /mcp, by session and JSON id, so
-// that a cancellation can silence the answer.
-type cancels struct {
-	mu       sync.Mutex
-	inflight map[[2]string]*dropWriter
-}
-
-func (c *cancels) track(session, id string, d *dropWriter) (done func()) {
-	k := [2]string{session, id}
-	c.mu.Lock()
-	if c.inflight == nil {
-		c.inflight = map[[2]string]*dropWriter{}
-	}
-	c.inflight[k] = d
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		if c.inflight[k] == d {
-			delete(c.inflight, k)
-		}
-		c.mu.Unlock()
-	}
-}
-
-func (c *cancels) cancel(session, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d := c.inflight[[2]string{session, id}]; d != nil {
-		d.dropped.Store(true)
-		if d.cancel != nil {
-			d.cancel()
-		}
-	}
 }
 
 // dropWriter passes a response through until its request is cancelled,
@@ -193,9 +161,16 @@ func (c *cancels) cancel(session, id string) {
 type dropWriter struct {
 	http.ResponseWriter
 	dropped atomic.Bool
-	// cancel ends the request's context, where airlock and not the SDK
-	// handles it (the fast path).
-	cancel context.CancelFunc
+	// gone closes when the request is cancelled: airlock's own wait for
+	// the answer ends (the fast path; the SDK ends its handler itself).
+	gone chan struct{}
+}
+
+// giveUp silences the answer and ends the wait for it, once.
+func (d *dropWriter) giveUp() {
+	if d.dropped.CompareAndSwap(false, true) {
+		close(d.gone)
+	}
 }
 
 func (d *dropWriter) Write(p []byte) (int, error) {

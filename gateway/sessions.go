@@ -32,13 +32,20 @@ type mcpSessions struct {
 	open     map[string]int         // principal → sessions open
 }
 
-// mcpSession is a session airlock saw opened: its principal, and its idle
-// timer, which stops while a request of the session is being answered and
-// starts again when the last one ends (as the SDK's did).
+// mcpSession is a session airlock saw opened: its principal, its requests
+// being answered, and its idle timer, which closes it once no request has
+// been answered for idle (as the SDK's did). The timer is not stopped and
+// started again for each request: when it fires it looks at the session,
+// and sets itself for when the session could next be idle.
 type mcpSession struct {
 	owner string
 	busy  int
-	timer *time.Timer // nil until watched
+	// lastEnd is when its last request ended (or it was watched).
+	lastEnd time.Time
+	timer   *time.Timer // nil until watched
+	// inflight are its requests being answered, by JSON id, so that a
+	// notifications/cancelled can silence the answer.
+	inflight map[string]*dropWriter
 }
 
 func newMCPSessions(max int, idle time.Duration) *mcpSessions {
@@ -53,31 +60,74 @@ func (m *mcpSessions) watch(id string, close func()) {
 	if s == nil {
 		return // already ended
 	}
-	s.timer = time.AfterFunc(m.idle, close)
-	if s.busy > 0 {
-		s.timer.Stop() // a request began before the session was watched
-	}
+	s.lastEnd = time.Now()
+	s.timer = time.AfterFunc(m.idle, func() { m.expire(id, s, close) })
 }
 
-// busy marks a request of session id begun, if principal opened it
-// (owned); end marks it answered.
-func (m *mcpSessions) busy(id, principal string) (end func(), owned bool) {
+// expire closes session s if it is idle: no request being answered, and
+// none answered within idle. Otherwise its timer is set for when it could
+// next be.
+func (m *mcpSessions) expire(id string, s *mcpSession, close func()) {
+	m.mu.Lock()
+	if m.sessions[id] != s {
+		m.mu.Unlock()
+		return // ended meanwhile
+	}
+	wait := m.idle
+	if s.busy == 0 {
+		wait -= time.Since(s.lastEnd)
+	}
+	if wait > 0 {
+		s.timer.Reset(wait)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	close()
+}
+
+// begin marks a request of session id begun, if principal opened it (nil
+// otherwise); d, where the request may be cancelled, is the writer of its
+// answer under its JSON id reqID. end marks it answered.
+func (m *mcpSessions) begin(id, principal, reqID string, d *dropWriter) *mcpSession {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sessions[id]
 	if s == nil || s.owner != principal {
-		return nil, false
+		return nil
 	}
-	if s.busy++; s.timer != nil {
-		s.timer.Stop()
-	}
-	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if s.busy--; s.busy == 0 && s.timer != nil && m.sessions[id] == s {
-			s.timer.Reset(m.idle)
+	s.busy++
+	if d != nil {
+		if s.inflight == nil {
+			s.inflight = map[string]*dropWriter{}
 		}
-	}, true
+		s.inflight[reqID] = d
+	}
+	return s
+}
+
+func (m *mcpSessions) end(s *mcpSession, reqID string, d *dropWriter) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s.busy--
+	s.lastEnd = now
+	if d != nil && s.inflight[reqID] == d {
+		delete(s.inflight, reqID)
+	}
+}
+
+// cancel silences the answer of request reqID of session id, where
+// principal opened it, and ends the request's wait (notifications/
+// cancelled).
+func (m *mcpSessions) cancel(id, principal, reqID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.sessions[id]; s != nil && s.owner == principal {
+		if d := s.inflight[reqID]; d != nil {
+			d.giveUp()
+		}
+	}
 }
 
 // ownedBy reports whether a session id may be used by principal: an id

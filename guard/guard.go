@@ -214,7 +214,7 @@ func (g *Guard) Do(ctx context.Context, c *airlock.Call, fn airlock.SideEffect) 
 	return g.do(ctx, &prepared{
 		tool: c.Tool, key: d.Key, previous: d.Previous, runID: c.RunID, windowID: d.Parts.WindowID,
 		args: c.Args, hash: d.ArgsHash(c.Tool, c.Args),
-		expiresAt: g.expiresAt(d, start), start: start, waitsToEnd: c.WaitsToEnd,
+		expiresAt: g.expiresAt(d, start), start: start, waitsToEnd: c.WaitsToEnd, giveUp: c.GiveUp,
 	}, fn)
 }
 
@@ -263,6 +263,8 @@ type prepared struct {
 	// waitsToEnd: with no deadline, the side effect runs on the caller's
 	// goroutine and the caller waits for its end (Call.WaitsToEnd).
 	waitsToEnd bool
+	// giveUp ends the caller's waits as ctx's end does (Call.GiveUp).
+	giveUp <-chan struct{}
 }
 
 // do is the guarded call, in its steps: a repeat just after a window
@@ -413,7 +415,7 @@ func (g *Guard) takeOver(ctx context.Context, p *prepared, rec *airlock.Record, 
 // gives up or respond_within passes first: the side effect goes on and is
 // recorded, and the next repeat gets its result.
 func (g *Guard) await(ctx context.Context, p *prepared, rec *airlock.Record, fn airlock.SideEffect) (*airlock.Answer, error) {
-	if p.waitsToEnd && p.deadline.IsZero() {
+	if p.waitsToEnd && p.deadline.IsZero() && p.giveUp == nil {
 		g.inflight.Add(1)
 		r := g.execute(context.WithoutCancel(ctx), p.tool, rec, fn)
 		g.inflight.Done()
@@ -444,6 +446,7 @@ func (g *Guard) await(ctx context.Context, p *prepared, rec *airlock.Record, fn 
 		return r.answer, nil
 	case <-timer:
 	case <-ctx.Done():
+	case <-p.giveUp:
 	}
 	return &airlock.Answer{Status: airlock.StatusInProgress, Message: airlock.MessageStillRunning, Key: p.key}, nil
 }
@@ -666,7 +669,7 @@ func (g *Guard) answerExisting(ctx context.Context, p *prepared, rec *airlock.Re
 	}
 	if rec.State == airlock.StateRunning {
 		var err error
-		rec, err = g.waitFinal(ctx, rec.Key, tool.RepeatWaitOr(), p.deadline)
+		rec, err = g.waitFinal(ctx, p.giveUp, rec.Key, tool.RepeatWaitOr(), p.deadline)
 		if err != nil {
 			return nil, err
 		}
@@ -684,9 +687,10 @@ func (g *Guard) answerExisting(ctx context.Context, p *prepared, rec *airlock.Re
 var errReleased = errors.New("airlock: the first call was released")
 
 // waitFinal waits up to wait (and not past deadline, when set) for a
-// running record to leave running. It returns the record as it then is; a
-// record released meanwhile (never sent) reads as in progress.
-func (g *Guard) waitFinal(ctx context.Context, key string, wait time.Duration, deadline time.Time) (*airlock.Record, error) {
+// running record to leave running, or for the caller to give up (ctx,
+// giveUp). It returns the record as it then is; a record released
+// meanwhile (never sent) reads as in progress.
+func (g *Guard) waitFinal(ctx context.Context, giveUp <-chan struct{}, key string, wait time.Duration, deadline time.Time) (*airlock.Record, error) {
 	ch, cancel := g.hub.wait(key)
 	defer cancel()
 	end := g.clock.Now().Add(wait)
@@ -723,6 +727,8 @@ func (g *Guard) waitFinal(ctx context.Context, key string, wait time.Duration, d
 		case <-timeout.Chan():
 			return rec, nil
 		case <-ctx.Done():
+			return rec, nil
+		case <-giveUp:
 			return rec, nil
 		}
 	}
