@@ -106,9 +106,8 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			if s := g.sessions.begin(session, p.Name, reqID, d); s != nil {
 				owned = true
 				defer g.sessions.end(s, reqID, d)
-			}
-			if !owned {
-				d = nil
+			} else {
+				d = nil // not airlock's to track: the SDK refuses the session
 			}
 		}
 		requested := r.Header.Get("Mcp-Protocol-Version")
@@ -369,7 +368,8 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 	return out, 0, ""
 }
 
-// jsonString decodes v, a valid JSON value, when it is a string. A string
+// jsonString decodes v, a valid JSON value, when it is a string (null
+// reads as "", as encoding/json reads it into a string). A string
 // with no escape and valid UTF-8 is its own text between the quotes (the
 // common case, without the decoder's allocations); any other goes through
 // encoding/json, which reads it as the SDK does.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func TestMCPSessionIdleCountsFromTheLastAnswer(t *testing.T) {
 	}
 	m.opened("s1", "agent")
 	closed := make(chan time.Time, 1)
-	m.watch("s1", func() { closed <- time.Now(); m.ended("s1") })
+	m.watch("s1", func() { at := time.Now(); m.ended("s1"); closed <- at })
 
 	d := &dropWriter{ResponseWriter: httptest.NewRecorder(), gone: make(chan struct{})}
 	s := m.begin("s1", "agent", "7", d)
@@ -58,5 +59,20 @@ func TestMCPSessionIdleCountsFromTheLastAnswer(t *testing.T) {
 	}
 	if m.begin("s1", "agent", "9", nil) != nil {
 		t.Fatal("a closed session began a request")
+	}
+}
+
+// jsonString reads every JSON string as encoding/json does, by its
+// shortcut (no escapes, valid UTF-8) or through the decoder, and refuses
+// what is not a string (null reads as "", as the decoder reads it).
+func TestJSONStringReadsAsTheDecoder(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{`"tools/call"`, `""`, `"a\"b"`, `"\u00e9t\u00e9"`, "\"caf\xc3\xa9\"", "\"bad \xff byte\"", `"\ud800"`, `1`, `null`, `{"a":1}`, `["x"]`} {
+		var want string
+		wantOK := json.Unmarshal([]byte(raw), &want) == nil
+		got, ok := jsonString(json.RawMessage(raw))
+		if ok != wantOK || got != want {
+			t.Errorf("jsonString(%q) = %q, %v; encoding/json reads %q, %v", raw, got, ok, want, wantOK)
+		}
 	}
 }

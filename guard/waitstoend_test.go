@@ -31,10 +31,14 @@ func TestWaitsToEnd(t *testing.T) {
 		waitsToEnd    bool
 		respondWithin time.Duration
 		want          airlock.Status
+		// viaGiveUp: the caller gives up by Call.GiveUp, its context going on.
+		viaGiveUp bool
 	}{
-		{"waits to the end", true, 0, airlock.StatusSucceeded},
-		{"answered when the caller gives up", false, 0, airlock.StatusInProgress},
-		{"respond_within still answers", true, 50 * time.Millisecond, airlock.StatusInProgress},
+		{"waits to the end", true, 0, airlock.StatusSucceeded, false},
+		{"answered when the caller gives up", false, 0, airlock.StatusInProgress, false},
+		{"respond_within still answers", true, 50 * time.Millisecond, airlock.StatusInProgress, false},
+		{"answered when the caller gives up by GiveUp", false, 0, airlock.StatusInProgress, true},
+		{"GiveUp keeps the wait even where the caller waits to the end", true, 0, airlock.StatusInProgress, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -45,10 +49,17 @@ func TestWaitsToEnd(t *testing.T) {
 			release := make(chan struct{})
 			effectErr := make(chan error, 1)
 			call := &airlock.Call{Tool: tool("note", tc.respondWithin), Args: airlock.MustArgs(`{"id":"N-1"}`), WaitsToEnd: tc.waitsToEnd}
+			gone := make(chan struct{})
+			if tc.viaGiveUp {
+				call.GiveUp = gone
+			}
 			answered := make(chan *airlock.Answer, 1)
 			go func() {
 				a, err := g.Do(ctx, call, func(ectx context.Context, _ string) airlock.Outcome {
-					if tc.respondWithin == 0 {
+					switch {
+					case tc.viaGiveUp:
+						close(gone)
+					case tc.respondWithin == 0:
 						giveUp() // the caller gives up while the work runs
 					}
 					<-release
