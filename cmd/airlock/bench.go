@@ -36,7 +36,7 @@ func cmdBench(e *env, args []string) int {
 	fs.DurationVar(&cfg.Work, "work", 0, "how long each side effect takes (default 0; race: 5ms)")
 	through := fs.String("through", "", "measure a whole call path with an upstream on loopback: direct, core, http, claims (the claims API, the work run by the caller), mcp (the session revision) or mcp-stateless (2026-07-28) (http, claims and the mcp paths also measure direct and core in the same run, claims http, and the mcp paths http and a bare MCP server on the same SDK)")
 	compareAudit := fs.Bool("compare-audit", false, "also run the workload without audit events and metrics, and report the cost of having them")
-	rounds := fs.Int("rounds", 1, "--compare-tracing: rounds of off, on, on, off; the cost is the median of the rounds' (1 to 20)")
+	rounds := fs.Int("rounds", 1, "--compare-tracing: rounds of off, on, on, off; the cost is the median of the rounds' (1 to 20). --through mcp or mcp-stateless: rounds of the path and its peer, in alternating order; vs_peer_mcp is the median of the rounds' ratios")
 	compareTracing := fs.Bool("compare-tracing", false, "run the --through path (default http) with OpenTelemetry tracing off and on (every span sampled, OTLP/HTTP to a collector on loopback), and report the cost")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with --through, of the named path's run only, not of the paths it is held against)")
 	memProfile := fs.String("memprofile", "", "with --through: write a profile of the allocations of the named path's run to this file (go tool pprof -sample_index=alloc_space)")
@@ -75,7 +75,13 @@ func cmdBench(e *env, args []string) int {
 		return benchCompareTracing(e, *db, cfg, *through, *rounds)
 	}
 	if *through != "" {
-		return benchThrough(e, *db, cfg, *through, *cpuProfile, *memProfile)
+		if *rounds < 1 || *rounds > 20 {
+			return fail(e, "--rounds must be from 1 to 20, not %d", *rounds)
+		}
+		if *rounds > 1 && !bench.IsMCP(*through) {
+			return fail(e, "--rounds: with --through, only mcp and mcp-stateless run rounds (against their peer), not %q", *through)
+		}
+		return benchThrough(e, *db, cfg, *through, *rounds, *cpuProfile, *memProfile)
 	}
 	s, err := store.OpenMigrated(e.ctx, *db)
 	if err != nil {
@@ -138,7 +144,7 @@ func ratio(a, b float64) *float64 {
 	return &r
 }
 
-func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile, memProfile string) int {
+func benchThrough(e *env, dsn string, cfg bench.Config, path string, rounds int, cpuProfile, memProfile string) int {
 	memRate := runtime.MemProfileRate
 	if memProfile != "" {
 		// Sample no allocation until the named path runs.
@@ -227,6 +233,11 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile, memPro
 		res.PeerMCPCallsPerS, res.PeerMCPCPUusPerCall = peer.CallsPerS, peer.CPUusPerCall
 		res.VsPeerMCP = ratio(res.CallsPerS, peer.CallsPerS)
 		res.OK = res.OK && peer.OK
+		if rounds > 1 {
+			if err := peerRounds(&res, rounds, path, measure); err != nil {
+				return fail(e, "%v", err)
+			}
+		}
 	}
 	if core.Calls > 0 {
 		res.DirectP50us, res.CoreP50us = direct.P50us, core.P50us
@@ -245,6 +256,60 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path, cpuProfile, memPro
 		return 1
 	}
 	return 0
+}
+
+// peerRounds measures the path and its peer rounds-1 more times, in
+// alternating order (round 0, the run above, was peer then path), so that
+// neither side always meets the database after the other has grown it, nor
+// always the machine's quieter moments: on a small shared machine one
+// round's ratio moves more than the difference it measures. The path's and
+// the peer's calls/s become the medians of their rounds', vs_peer_mcp the
+// median of the rounds' ratios.
+func peerRounds(res *bench.Result, rounds int, path string, measure func(string) (bench.Result, error)) error {
+	mine, peers := []float64{res.CallsPerS}, []float64{res.PeerMCPCallsPerS}
+	ratios := []float64{*res.VsPeerMCP}
+	for round := 1; round < rounds; round++ {
+		order := []string{path, bench.PeerFor(path)}
+		if round%2 == 0 {
+			order[0], order[1] = order[1], order[0]
+		}
+		var got [2]bench.Result
+		for i, p := range order {
+			r, err := measure(p)
+			if err != nil {
+				return err
+			}
+			res.OK = res.OK && r.OK
+			got[i] = r
+		}
+		a, peer := got[0], got[1]
+		if order[0] != path {
+			a, peer = peer, a
+		}
+		mine, peers = append(mine, a.CallsPerS), append(peers, peer.CallsPerS)
+		if r := ratio(a.CallsPerS, peer.CallsPerS); r != nil {
+			ratios = append(ratios, *r)
+		}
+	}
+	res.CallsPerS, res.PeerMCPCallsPerS = median(mine), median(peers)
+	m := median(ratios)
+	res.VsPeerMCP, res.VsPeerMCPRounds = &m, ratios
+	return nil
+}
+
+// median of xs (the mean of the middle two for an even count), to two
+// places; 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return math.Round(m*100) / 100
 }
 
 // benchCompareAudit runs the workload twice in one process: without the
@@ -386,12 +451,7 @@ func benchCompareTracing(e *env, dsn string, cfg bench.Config, path string, roun
 	on.OK = ok
 	if len(costs) > 0 {
 		on.TracingCostRounds = costs
-		sorted := slices.Clone(costs)
-		slices.Sort(sorted)
-		cost := sorted[len(sorted)/2]
-		if len(sorted)%2 == 0 {
-			cost = math.Round((sorted[len(sorted)/2-1]+sorted[len(sorted)/2])/2*10) / 10
-		}
+		cost := math.Round(median(costs)*10) / 10
 		on.TracingCostPct = &cost
 		// The bound: tracing costs under 10 % of calls/s.
 		on.OK = on.OK && cost < 10

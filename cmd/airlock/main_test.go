@@ -268,6 +268,46 @@ func benchThroughMCP(t *testing.T, path string) {
 	}
 }
 
+// --rounds on an MCP path measures the path and its peer again in
+// alternating order and reports the median of the rounds' ratios; the
+// figures are the benchmark's, only their shape is asserted.
+func TestBenchThroughMCPRounds(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "bench", "--db", "sqlite:"+filepath.Join(t.TempDir(), "t.db"), "--through", "mcp", "--rounds", "3", "--calls", "100", "--concurrency", "4")
+	var res struct {
+		OK          bool      `json:"ok"`
+		CallsPerS   float64   `json:"calls_per_s"`
+		Peer        float64   `json:"peer_mcp_calls_per_s"`
+		VsPeer      *float64  `json:"vs_peer_mcp"`
+		Rounds      []float64 `json:"vs_peer_mcp_rounds"`
+		ExecsPerKey int       `json:"executions_per_key_max"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil {
+		t.Fatalf("bench --through mcp --rounds 3: exit %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if !res.OK || res.ExecsPerKey != 1 || res.CallsPerS <= 0 || res.Peer <= 0 || res.VsPeer == nil || len(res.Rounds) != 3 {
+		t.Fatalf("bench --through mcp --rounds 3: %s", r.stdout)
+	}
+	sorted := slices.Clone(res.Rounds)
+	slices.Sort(sorted)
+	if *res.VsPeer != sorted[1] {
+		t.Fatalf("vs_peer_mcp %v is not the median of the rounds %v", *res.VsPeer, res.Rounds)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--through", "http", "--rounds", "2"}, `only mcp and mcp-stateless run rounds (against their peer), not "http"`},
+		{[]string{"--through", "mcp", "--rounds", "0"}, "--rounds must be from 1 to 20, not 0"},
+		{[]string{"--through", "mcp", "--rounds", "21"}, "--rounds must be from 1 to 20, not 21"},
+	} {
+		args := append([]string{"bench", "--db", "sqlite:" + filepath.Join(t.TempDir(), "b.db")}, bad.args...)
+		if r := runCLI(t, args...); r.code != 2 && r.code != 1 || !strings.Contains(r.stderr, bad.want) {
+			t.Errorf("bench %v: exit %d %q, want an error naming %q", bad.args, r.code, r.stderr, bad.want)
+		}
+	}
+}
+
 // --compare-tracing runs the gateway path with tracing off and on and
 // exports every call's spans. The cost itself is a benchmark's figure
 // (docs/BENCHMARKS.md), not asserted here: exit 1 (cost over 10 % on a

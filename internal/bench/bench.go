@@ -97,6 +97,10 @@ type Result struct {
 	PeerMCPCallsPerS    float64  `json:"peer_mcp_calls_per_s,omitempty"`
 	PeerMCPCPUusPerCall int64    `json:"peer_mcp_cpu_us_per_call,omitempty"`
 	VsPeerMCP           *float64 `json:"vs_peer_mcp,omitempty"`
+	// VsPeerMCPRounds: each round's ratio, when --rounds asked for more
+	// than one (VsPeerMCP is their median; CallsPerS and PeerMCPCallsPerS
+	// the medians of the two sides' rounds).
+	VsPeerMCPRounds []float64 `json:"vs_peer_mcp_rounds,omitempty"`
 	// With --compare-audit: the same workload without the audit events of
 	// claims and completions and without metrics, and the cost in percent.
 	AuditOffCallsPerS float64  `json:"audit_off_calls_per_s,omitempty"`
