@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,12 +31,18 @@ tools:
     answers: {undo: "Yes.", approver: "No one.", on_repeat: "First result."}
 `
 
-// slowNote holds each call until release is closed, counting executions.
+// slowNote holds each call until free is called, counting executions.
 type slowNote struct {
 	arrived chan struct{}
 	release chan struct{}
+	once    sync.Once
 	n       atomic.Int64
 }
+
+// free lets every held call end; a test registers it as a cleanup too, so
+// that a test failing before it frees its calls does not leave a server
+// waiting on them (and the package hanging until its timeout).
+func (s *slowNote) free() { s.once.Do(func() { close(s.release) }) }
 
 func newSlowNote() *slowNote {
 	return &slowNote{arrived: make(chan struct{}, 4), release: make(chan struct{})}
@@ -69,6 +76,7 @@ func TestCancelledCallIsNotAnswered(t *testing.T) {
 		up := newSlowNote()
 		srv := httptest.NewServer(frontGatewayWith(t, cancelManifest, up.funcs()).Handler())
 		t.Cleanup(srv.Close)
+		t.Cleanup(up.free) // runs first: no call is left held
 		post := func(session, body string) (*http.Response, string) {
 			t.Helper()
 			req, _ := http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(body))
@@ -109,7 +117,7 @@ func TestCancelledCallIsNotAnswered(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatal("the cancelled request's stream never ended")
 		}
-		close(up.release)
+		up.free()
 		_, body := post(session, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"note","arguments":{"record_id":"C-1"}}}`)
 		if !strings.Contains(body, `"repeat":true`) || !strings.Contains(body, `"written":true`) || up.n.Load() != 1 {
 			t.Errorf("the repeat after the cancellation: %s (executions %d)", body, up.n.Load())
@@ -136,10 +144,16 @@ func cancelOverStdio(t *testing.T, rev string) {
 	t.Cleanup(func() {
 		cancel()
 		_ = inW.Close()
-		if err := <-done; err != nil {
-			t.Logf("the server ended: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Logf("the server ended: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("the stdio server did not end after its input closed")
 		}
 	})
+	t.Cleanup(up.free) // runs first: no call is left held
 	answers := make(chan map[string]any, 16)
 	go func() {
 		lines := bufio.NewScanner(outR)
@@ -187,7 +201,7 @@ func cancelOverStdio(t *testing.T, rev string) {
 	if m := next(); m["id"] != float64(9) {
 		t.Fatalf("answer %v, want only the ping's", m)
 	}
-	close(up.release)
+	up.free()
 	send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"note","arguments":{"record_id":"C-2"}` + meta + `}}`)
 	m := next()
 	b, _ := json.Marshal(m)
