@@ -30,6 +30,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/oidc"
 	"github.com/airlockhq/airlock/guard"
@@ -80,6 +82,10 @@ type Config struct {
 	Secure     func(*http.Request) bool
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Clock is the page's time source: sessions' expiry, the figures'
+	// windows, "since" on the page and the session purge's passes.
+	// Default: the system clock.
+	Clock clockwork.Clock
 }
 
 // SSO is a sign-in through an identity provider (auth/oidc.Login).
@@ -146,13 +152,16 @@ func New(cfg Config) (*UI, error) {
 	if cfg.Throttle == nil {
 		cfg.Throttle = noThrottle{}
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger}
 	if u.log == nil {
 		u.log = slog.Default()
 	}
 	funcs := template.FuncMap{
 		"json":  indent,
-		"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+		"since": func(t time.Time) string { return cfg.Clock.Since(t).Round(time.Second).String() },
 		"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 		"join":  strings.Join,
 		"evaluation": func(b json.RawMessage) []policy.RuleResult {
@@ -270,7 +279,7 @@ func (u *UI) current(r *http.Request) (*airlock.PageSession, error) {
 	if err != nil || c.Value == "" {
 		return nil, nil
 	}
-	s, err := u.cfg.Store.GetSession(r.Context(), sessionKey(c.Value), time.Now())
+	s, err := u.cfg.Store.GetSession(r.Context(), sessionKey(c.Value), u.cfg.Clock.Now())
 	if errors.Is(err, airlock.ErrNotFound) {
 		return nil, nil
 	}
@@ -481,7 +490,7 @@ func (u *UI) startSession(w http.ResponseWriter, r *http.Request, p Principal, s
 		}
 	}
 	value := randomHex(32)
-	now := time.Now().UTC()
+	now := u.cfg.Clock.Now().UTC()
 	err := u.cfg.Store.CreateSession(r.Context(), &airlock.PageSession{ID: sessionKey(value), Name: p.Name, Role: p.Role, Subject: subject, Groups: p.Groups,
 		CSRF: randomHex(16), CreatedAt: now, ExpiresAt: now.Add(u.cfg.SessionTTL)})
 	if err != nil {
@@ -777,7 +786,7 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 		label string
 		d     time.Duration
 	}{{"24 hours", 24 * time.Hour}, {"7 days", 7 * 24 * time.Hour}} {
-		rr, err := metrics.Compute(r.Context(), u.cfg.Store, &u.cfg.Manifest.Catalog, p.d, time.Now())
+		rr, err := metrics.Compute(r.Context(), u.cfg.Store, &u.cfg.Manifest.Catalog, p.d, u.cfg.Clock.Now())
 		if err != nil {
 			u.fail(w, r, err)
 			return
@@ -798,7 +807,7 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 			order = append(order, t.Name)
 		}
 	}
-	now := time.Now()
+	now := u.cfg.Clock.Now()
 	for d := range 7 {
 		until := now.Add(time.Minute - time.Duration(6-d)*24*time.Hour)
 		f, err := u.cfg.Store.Figures(r.Context(), until.Add(-24*time.Hour), until)
@@ -818,22 +827,26 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 	u.render(w, r, http.StatusOK, "watch", "What to watch", map[string]any{"Reports": reports, "Charts": charts}, "")
 }
 
+// purgeBatch is how many expired sessions one statement deletes; a pass
+// goes on until a statement deletes fewer.
+const purgeBatch = 1000
+
 // SessionPurger is the service that deletes expired sessions every
 // interval until stopped (they are refused once expired whether purged
 // or not).
 func (u *UI) SessionPurger(every time.Duration) *maintenance.Service {
 	return maintenance.New(func(ctx context.Context) {
 		for {
-			n, err := u.cfg.Store.PurgeSessions(ctx, time.Now(), 1000)
+			n, err := u.cfg.Store.PurgeSessions(ctx, u.cfg.Clock.Now(), purgeBatch)
 			if err != nil {
 				if ctx.Err() == nil {
 					u.log.Warn("airlock ui: purging expired sessions", "err", err)
 				}
 				return
 			}
-			if n < 1000 {
+			if n < purgeBatch {
 				return
 			}
 		}
-	}, maintenance.Config{Interval: every})
+	}, maintenance.Config{Interval: every, Clock: u.cfg.Clock})
 }

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -13,6 +14,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/guard"
@@ -45,14 +49,10 @@ var (
 	nextLink  = regexp.MustCompile(`<a href="([^"]+)" id="next">`)
 )
 
-// The page without a browser: the sign-in form is bound to its cookie, an
-// approver's token signs in and an agent's does not, a form without the
-// session's CSRF token is refused, every answer carries the security
-// headers, a withdrawn plan shows as withdrawn, and signing out ends the
-// session.
-func TestSignInFormsAndPlans(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// pageDeps are what a page needs: the manifest above, a migrated SQLite
+// store, a guard and the plan service over them.
+func pageDeps(t *testing.T) (*manifest.Manifest, *sqlite.Store, *guard.Guard, *plan.Service) {
+	t.Helper()
 	m, err := manifest.Parse([]byte(pageManifest), "page.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -62,18 +62,103 @@ func TestSignInFormsAndPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	guard := guard.New(s, nil)
-	t.Cleanup(guard.Close)
+	g := guard.New(s, nil)
+	t.Cleanup(g.Close)
 	noop := upstream.Func(func(context.Context, *upstream.Request) airlock.Outcome {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded}
 	})
-	plans, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: func(*airlock.Tool) (upstream.Caller, bool) { return noop, true }})
+	plans, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: g, Callers: func(*airlock.Tool) (upstream.Caller, bool) { return noop, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, s, g, plans
+}
+
+// purgeCounter tells each PurgeSessions' count, so a test waits on the
+// purge's statements instead of on time.
+type purgeCounter struct {
+	*sqlite.Store
+	purged chan int
+}
+
+func (p purgeCounter) PurgeSessions(ctx context.Context, now time.Time, limit int) (int, error) {
+	n, err := p.Store.PurgeSessions(ctx, now, limit)
+	if err == nil {
+		p.purged <- n
+	}
+	return n, err
+}
+
+// The session purge deletes the sessions expired by the page's clock, in
+// statements of a thousand until one deletes fewer, and keeps the others.
+func TestSessionPurgerDeletesExpiredSessionsByThePageClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, s, g, plans := pageDeps(t)
+	start := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	clock := clockwork.NewFakeClockAt(start)
+	// 1,500 sessions expire 90 s from now (more than one statement's
+	// worth); 3 last a day.
+	for i := range 1503 {
+		expires := start.Add(90 * time.Second)
+		if i >= 1500 {
+			expires = start.Add(24 * time.Hour)
+		}
+		if err := s.CreateSession(ctx, &airlock.PageSession{ID: fmt.Sprintf("%064x", i), Name: "ana", Role: airlock.RoleApprover,
+			CSRF: "c", CreatedAt: start, ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := purgeCounter{Store: s, purged: make(chan int, 8)}
+	page, err := ui.New(ui.Config{Manifest: m, Store: store, Guard: g, Plans: plans, Clock: clock,
+		Authenticate: func(string) (ui.Principal, bool) { return ui.Principal{}, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	purger := page.SessionPurger(time.Minute)
+	if err := purger.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(purger.Stop)
+	next := func() int {
+		t.Helper()
+		select {
+		case n := <-store.purged:
+			return n
+		case <-time.After(10 * time.Second):
+			t.Fatal("no purge statement ran")
+			return 0
+		}
+	}
+	// A minute in: nothing has expired yet.
+	clock.Advance(time.Minute)
+	if n := next(); n != 0 {
+		t.Fatalf("a minute in, %d sessions were purged; none had expired", n)
+	}
+	// Two minutes in: the 1,500 in two statements, the pass ends there.
+	clock.Advance(time.Minute)
+	if a, b := next(), next(); a != 1000 || b != 500 {
+		t.Fatalf("two minutes in, the statements purged %d and %d sessions; want 1000 then 500", a, b)
+	}
+	for i, want := range map[int]error{0: airlock.ErrNotFound, 1499: airlock.ErrNotFound, 1500: nil, 1502: nil} {
+		if _, err := s.GetSession(ctx, fmt.Sprintf("%064x", i), start); !errors.Is(err, want) {
+			t.Errorf("session %d after the purge: %v, want %v", i, err, want)
+		}
+	}
+}
+
+// The page without a browser: the sign-in form is bound to its cookie, an
+// approver's token signs in and an agent's does not, a form without the
+// session's CSRF token is refused, every answer carries the security
+// headers, a withdrawn plan shows as withdrawn, and signing out ends the
+// session.
+func TestSignInFormsAndPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, s, guard, plans := pageDeps(t)
 	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: guard, Plans: plans,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			switch token {
