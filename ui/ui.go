@@ -620,15 +620,21 @@ func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	// Who may not approve, and why (separation of duties, the tool's
-	// approvers): the page then offers no Approve button, and says so.
-	cannot := ""
+	// Who may not approve, and why (separation of duties): the page then
+	// offers no Approve button, and says so. Who may not decide at all
+	// (not among the tool's approvers) gets no form: a Reject button would
+	// only be refused.
+	cannotApprove, cannotDecide := "", ""
 	if s := sessionOf(r); s != nil {
 		if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
-			cannot = tool.Approval.DecisionPolicy().Forbidden(p, s.Name, s.Groups)
+			dp := tool.Approval.DecisionPolicy()
+			cannotApprove = dp.Forbidden(p, s.Name, s.Groups)
+			if err := dp.Check(p, &airlock.PlanDecision{By: s.Name, Groups: s.Groups}); err != nil {
+				cannotDecide = cannotApprove
+			}
 		}
 	}
-	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail, "CannotApprove": cannot}, u.popFlash(r))
+	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail, "CannotApprove": cannotApprove, "CannotDecide": cannotDecide}, u.popFlash(r))
 }
 
 func (u *UI) decide(w http.ResponseWriter, r *http.Request) {

@@ -49,11 +49,11 @@ var (
 	nextLink  = regexp.MustCompile(`<a href="([^"]+)" id="next">`)
 )
 
-// pageDeps are what a page needs: the manifest above, a migrated SQLite
+// pageDeps are what a page needs: a manifest, a migrated SQLite
 // store, a guard and the plan service over them.
-func pageDeps(t *testing.T) (*manifest.Manifest, *sqlite.Store, *guard.Guard, *plan.Service) {
+func pageDeps(t *testing.T, manifestText string) (*manifest.Manifest, *sqlite.Store, *guard.Guard, *plan.Service) {
 	t.Helper()
-	m, err := manifest.Parse([]byte(pageManifest), "page.yaml")
+	m, err := manifest.Parse([]byte(manifestText), "page.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func (p purgeCounter) PurgeSessions(ctx context.Context, now time.Time, limit in
 func TestSessionPurgerDeletesExpiredSessionsByThePageClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m, s, g, plans := pageDeps(t)
+	m, s, g, plans := pageDeps(t, pageManifest)
 	start := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
 	clock := clockwork.NewFakeClockAt(start)
 	// 1,500 sessions expire 90 s from now (more than one statement's
@@ -150,6 +150,66 @@ func TestSessionPurgerDeletesExpiredSessionsByThePageClock(t *testing.T) {
 	}
 }
 
+// A signed-in approver who is not among the tool's approvers gets no
+// decision form (its Reject would be refused as its Approve would); one
+// who is gets both buttons.
+func TestPlanPageOffersNoDecisionToWhoMayNotDecide(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, s, g, plans := pageDeps(t, strings.Replace(pageManifest, "    approval:\n", "    approval:\n      approvers: [ana]\n", 1))
+	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans,
+		Authenticate: func(token string) (ui.Principal, bool) {
+			return ui.Principal{Name: token, Role: airlock.RoleApprover}, true
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	t.Cleanup(srv.Close)
+	args, _ := airlock.NewArgs([]byte(`{"record_id":"WD-2"}`))
+	p, _, err := plans.Propose(ctx, m.Tool("pay"), args, "run-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	planPage := func(name string) string {
+		t.Helper()
+		jar, _ := cookiejar.New(nil)
+		c := &http.Client{Jar: jar}
+		resp, err := c.Get(srv.URL + "/ui/signin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		f := csrfField.FindStringSubmatch(string(b))
+		if f == nil {
+			t.Fatalf("no CSRF token in the sign-in form: %s", b)
+		}
+		if resp, err = c.PostForm(srv.URL+"/ui/signin", url.Values{"csrf": {f[1]}, "token": {name}}); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp, err = c.Get(srv.URL + "/ui/plans/" + p.ID); err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ = io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s's plan page: %d %s", name, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	bob := planPage("bob")
+	if strings.Contains(bob, `id="reject"`) || strings.Contains(bob, `id="approve"`) || !strings.Contains(bob, `id="cannot-decide"`) ||
+		!strings.Contains(bob, "may not decide plans of pay") {
+		t.Errorf("bob, not among pay's approvers, is offered a decision or not told why:\n%s", bob)
+	}
+	ana := planPage("ana")
+	if !strings.Contains(ana, `id="reject"`) || !strings.Contains(ana, `id="approve"`) || strings.Contains(ana, `id="cannot-decide"`) {
+		t.Errorf("ana, pay's approver, is not offered both decisions:\n%s", ana)
+	}
+}
+
 // The page without a browser: the sign-in form is bound to its cookie, an
 // approver's token signs in and an agent's does not, a form without the
 // session's CSRF token is refused, every answer carries the security
@@ -158,7 +218,7 @@ func TestSessionPurgerDeletesExpiredSessionsByThePageClock(t *testing.T) {
 func TestSignInFormsAndPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m, s, guard, plans := pageDeps(t)
+	m, s, guard, plans := pageDeps(t, pageManifest)
 	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: guard, Plans: plans,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			switch token {
