@@ -147,7 +147,7 @@ const maxDecimalDigits = 256
 func canonicalDecimal(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if len(s) > maxDecimalDigits || !decimalRE.MatchString(s) {
-		return "", fmt.Errorf("%q is not a decimal number (want digits with an optional point, such as 125.50)", truncate(s, 40))
+		return "", fmt.Errorf("%q is not a decimal number (want digits with an optional point, such as 125.50)", Shorten(s, 40))
 	}
 	return exactDecimal(s)
 }
@@ -157,7 +157,7 @@ func canonicalDecimal(s string) (string, error) {
 func exactDecimal(s string) (string, error) {
 	r, ok := new(big.Rat).SetString(s)
 	if !ok {
-		return "", fmt.Errorf("%q is not a decimal number", truncate(s, 40))
+		return "", fmt.Errorf("%q is not a decimal number", Shorten(s, 40))
 	}
 	// The denominator of a decimal is 2^a·5^b; max(a, b) fractional digits
 	// write it exactly.
@@ -185,7 +185,7 @@ func exactDecimal(s string) (string, error) {
 		out = "0"
 	}
 	if len(out) > maxDecimalDigits {
-		return "", fmt.Errorf("%q is too large or too precise a number to key exactly (more than %d digits written out)", truncate(s, 40), maxDecimalDigits)
+		return "", fmt.Errorf("%q is too large or too precise a number to key exactly (more than %d digits written out)", Shorten(s, 40), maxDecimalDigits)
 	}
 	return out, nil
 }
@@ -202,7 +202,7 @@ func canonicalNumber(n json.Number) (string, error) {
 		// than any key can hold; refuse it before big.Rat builds it.
 		exp := strings.TrimLeft(s[i+1:], "+-")
 		if e, err := strconv.Atoi(exp); err != nil || e > maxDecimalDigits+len(s) {
-			return "", fmt.Errorf("the number %s is too large or too precise to key exactly (more than %d digits written out)", truncate(s, 40), maxDecimalDigits)
+			return "", fmt.Errorf("the number %s is too large or too precise to key exactly (more than %d digits written out)", Shorten(s, 40), maxDecimalDigits)
 		}
 	}
 	return exactDecimal(s)
@@ -226,9 +226,15 @@ func isPlainInteger(s string) bool {
 	return true
 }
 
-func truncate(s string, n int) string {
+// Shorten cuts s to at most n bytes, at a rune boundary so that the cut
+// text stays valid UTF-8, and marks the cut with "…": for quoting a
+// caller's input or an upstream's answer in an error message.
+func Shorten(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

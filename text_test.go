@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParseArgsRefusesTextTheStoreCannotHold(t *testing.T) {
@@ -82,5 +83,32 @@ func TestStorableTextAndJSON(t *testing.T) {
 	}
 	if got := StorableJSON([]byte(`{"a":1}`)); string(got) != `{"a":1}` {
 		t.Errorf("valid JSON changed: %q", got)
+	}
+}
+
+// Shorten keeps short text whole and cuts long text at a rune boundary,
+// so an error message that quotes it stays valid UTF-8.
+func TestShortenCutsAtARuneBoundary(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"", 5, ""},
+		{"12345", 5, "12345"},
+		{"123456", 5, "12345…"},
+		{"ab€cd", 3, "ab…"},        // € is 3 bytes: the cut moves back to its start
+		{"ab€cd", 5, "ab€…"},       // the whole rune fits
+		{"€€", 1, "…"},             // no whole rune fits
+		{"ab\xffcd", 3, "ab\xff…"}, // an invalid byte is its own rune start
+	} {
+		got := Shorten(tc.in, tc.n)
+		if got != tc.want {
+			t.Errorf("Shorten(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+		if utf8.ValidString(tc.in) && !utf8.ValidString(got) {
+			t.Errorf("Shorten(%q, %d) = %q is not valid UTF-8", tc.in, tc.n, got)
+		}
 	}
 }

@@ -110,7 +110,7 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 	}
 	if hasNumberOutOfRange(args) {
 		path, n, _ := numberOutOfRange(args, "")
-		return airlock.FieldErrorf(airlock.CodeInvalidArgument, path, "field %q: the number %s is out of range (a JSON number here must lie within ±1.8e308); nothing was executed", path, truncateNumber(n))
+		return airlock.FieldErrorf(airlock.CodeInvalidArgument, path, "field %q: the number %s is out of range (a JSON number here must lie within ±1.8e308); nothing was executed", path, airlock.Shorten(n, 40))
 	}
 	if a.covered && !a.alwaysFull {
 		return nil // the checks above are all the schema asks
@@ -288,11 +288,4 @@ func numberOutOfRange(v any, path string) (string, string, bool) {
 		}
 	}
 	return "", "", false
-}
-
-func truncateNumber(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }

@@ -422,10 +422,7 @@ func (g *Gateway) taskRequest(ctx context.Context, method string, ss *mcp.Server
 
 // quoteShort quotes a value for an error message, cut short.
 func quoteShort(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "…"
-	}
-	return fmt.Sprintf("%q", s)
+	return fmt.Sprintf("%q", airlock.Shorten(s, 80))
 }
 
 // registerTaskMethods adds tasks/get, tasks/result, tasks/list,

@@ -192,11 +192,7 @@ func asJSON(raw []byte) json.RawMessage {
 }
 
 func snippet(raw []byte) string {
-	s := strings.TrimSpace(string(raw))
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
+	return airlock.Shorten(strings.TrimSpace(string(raw)), 200)
 }
 
 // neverSent reports whether an error means the request cannot have reached
