@@ -99,7 +99,8 @@ type Result struct {
 	VsPeerMCP           *float64 `json:"vs_peer_mcp,omitempty"`
 	// VsPeerMCPRounds: each round's ratio, when --rounds asked for more
 	// than one (VsPeerMCP is their median; CallsPerS and PeerMCPCallsPerS
-	// the medians of the two sides' rounds).
+	// the medians of the two sides' rounds; latencies, CPU and the other
+	// paths' figures stay the first round's).
 	VsPeerMCPRounds []float64 `json:"vs_peer_mcp_rounds,omitempty"`
 	// With --compare-audit: the same workload without the audit events of
 	// claims and completions and without metrics, and the cost in percent.
