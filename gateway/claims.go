@@ -116,7 +116,7 @@ func (g *Gateway) handleNextCommit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, g.log, err)
 		return
 	}
-	deadline := time.Now().Add(time.Duration(req.WaitSeconds * float64(time.Second)))
+	deadline := g.clock.Now().Add(time.Duration(req.WaitSeconds * float64(time.Second)))
 	for {
 		p, held, err := g.plans.NextCallerCommit(r.Context(), tools)
 		if err != nil {
@@ -127,14 +127,14 @@ func (g *Gateway) handleNextCommit(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, g.executeAnswer(g.m.Tool(p.Tool), held, p))
 			return
 		}
-		if !time.Now().Before(deadline) {
+		if !g.clock.Now().Before(deadline) {
 			writeJSON(w, http.StatusOK, map[string]any{"status": "idle"})
 			return
 		}
 		select {
 		case <-r.Context().Done():
 			return
-		case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
+		case <-g.clock.After(min(250*time.Millisecond, g.clock.Until(deadline))):
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -121,6 +122,11 @@ type Config struct {
 	// on to upstreams. Default: none (no spans; the caller's traceparent
 	// is still passed on).
 	Tracer airlock.Tracer
+	// Clock is the gateway's time source: MCP sessions' idle timers,
+	// tasks' times and the commit queue's long poll (connection deadlines
+	// stay on the system clock, as net/http reads them). Default: the
+	// system clock.
+	Clock clockwork.Clock
 }
 
 // Store is what the gateway reads of the store: /readyz pings it,
@@ -168,6 +174,7 @@ type Gateway struct {
 	pass        *passThrough        // MCP upstreams' resources and prompts
 	impl        *mcp.Implementation // the MCP server's name and version
 	fastOff     bool                // no fast path on /mcp (mcpfast.go): a test compares
+	clock       clockwork.Clock
 }
 
 // New builds a gateway; it checks that every callable tool has an upstream.
@@ -179,7 +186,10 @@ func New(cfg Config) (*Gateway, error) {
 		m: cfg.Manifest, guard: cfg.Guard, store: cfg.Store,
 		callers: map[string]upstream.Caller{}, schemas: map[string]*argsSchema{},
 		tokens: cfg.Tokens, issued: cfg.Issued, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
-		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI, tracer: cfg.Tracer,
+		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI, tracer: cfg.Tracer, clock: cfg.Clock,
+	}
+	if g.clock == nil {
+		g.clock = clockwork.NewRealClock()
 	}
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody
@@ -192,7 +202,7 @@ func New(cfg Config) (*Gateway, error) {
 	if perToken <= 0 {
 		perToken = DefaultMCPSessionsPerToken
 	}
-	g.sessions = newMCPSessions(perToken, g.idle)
+	g.sessions = newMCPSessions(perToken, g.idle, g.clock)
 	g.bodyTimeout = cfg.BodyTimeout
 	if g.bodyTimeout <= 0 {
 		g.bodyTimeout = DefaultBodyTimeout

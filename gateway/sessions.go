@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -24,8 +25,9 @@ const (
 // than idle. airlock times them, not the SDK: the fast path
 // (mcpfast.go) answers requests the SDK never sees.
 type mcpSessions struct {
-	max  int
-	idle time.Duration
+	max   int
+	idle  time.Duration
+	clock clockwork.Clock
 
 	mu       sync.Mutex
 	sessions map[string]*mcpSession // session id → what airlock knows of it
@@ -42,14 +44,14 @@ type mcpSession struct {
 	busy  int
 	// lastEnd is when its last request ended (or it was watched).
 	lastEnd time.Time
-	timer   *time.Timer // nil until watched
+	timer   clockwork.Timer // nil until watched
 	// inflight are its requests being answered, by JSON id, so that a
 	// notifications/cancelled can silence the answer.
 	inflight map[string]*dropWriter
 }
 
-func newMCPSessions(max int, idle time.Duration) *mcpSessions {
-	return &mcpSessions{max: max, idle: idle, sessions: map[string]*mcpSession{}, open: map[string]int{}}
+func newMCPSessions(max int, idle time.Duration, clock clockwork.Clock) *mcpSessions {
+	return &mcpSessions{max: max, idle: idle, clock: clock, sessions: map[string]*mcpSession{}, open: map[string]int{}}
 }
 
 // watch starts timing session id, which close ends.
@@ -60,8 +62,8 @@ func (m *mcpSessions) watch(id string, close func()) {
 	if s == nil {
 		return // already ended
 	}
-	s.lastEnd = time.Now()
-	s.timer = time.AfterFunc(m.idle, func() { m.expire(id, s, close) })
+	s.lastEnd = m.clock.Now()
+	s.timer = m.clock.AfterFunc(m.idle, func() { m.expire(id, s, close) })
 }
 
 // expire closes session s if it is idle: no request being answered, and
@@ -75,7 +77,7 @@ func (m *mcpSessions) expire(id string, s *mcpSession, close func()) {
 	}
 	wait := m.idle
 	if s.busy == 0 {
-		wait -= time.Since(s.lastEnd)
+		wait -= m.clock.Since(s.lastEnd)
 	}
 	if wait > 0 {
 		s.timer.Reset(wait)
@@ -107,7 +109,7 @@ func (m *mcpSessions) begin(id, principal, reqID string, d *dropWriter) *mcpSess
 }
 
 func (m *mcpSessions) end(s *mcpSession, reqID string, d *dropWriter) {
-	now := time.Now()
+	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s.busy--

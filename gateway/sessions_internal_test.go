@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // A session is not closed while one of its requests is being answered,
@@ -12,14 +15,35 @@ import (
 // cancellation reaches only a request of the session's own principal.
 func TestMCPSessionIdleCountsFromTheLastAnswer(t *testing.T) {
 	t.Parallel()
-	const idle = 100 * time.Millisecond
-	m := newMCPSessions(10, idle)
+	ctx := context.Background()
+	const idle = time.Minute
+	clock := clockwork.NewFakeClock()
+	m := newMCPSessions(10, idle, clock)
 	if !m.reserve("agent") {
 		t.Fatal("no place for a session")
 	}
 	m.opened("s1", "agent")
 	closed := make(chan time.Time, 1)
-	m.watch("s1", func() { at := time.Now(); m.ended("s1"); closed <- at })
+	m.watch("s1", func() { at := clock.Now(); m.ended("s1"); closed <- at })
+	// fire advances the clock and waits until the idle timer has fired and
+	// either closed the session (its time is returned) or set itself again.
+	fire := func(d time.Duration) (time.Time, bool) {
+		t.Helper()
+		clock.Advance(d)
+		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		again := make(chan error, 1)
+		go func() { again <- clock.BlockUntilContext(wait, 1) }()
+		select {
+		case at := <-closed:
+			return at, true
+		case err := <-again:
+			if err != nil {
+				t.Fatalf("the idle timer neither closed the session nor set itself again: %v", err)
+			}
+			return time.Time{}, false
+		}
+	}
 
 	d := &dropWriter{ResponseWriter: httptest.NewRecorder(), gone: make(chan struct{})}
 	s := m.begin("s1", "agent", "7", d)
@@ -29,10 +53,11 @@ func TestMCPSessionIdleCountsFromTheLastAnswer(t *testing.T) {
 	if m.begin("s1", "other", "8", nil) != nil {
 		t.Fatal("another principal began a request of the session")
 	}
-	select {
-	case <-closed:
-		t.Fatal("the session closed while a request was being answered")
-	case <-time.After(4 * idle):
+	// Four idle periods pass while the request is being answered.
+	for range 4 {
+		if _, shut := fire(idle); shut {
+			t.Fatal("the session closed while a request was being answered")
+		}
 	}
 
 	m.cancel("s1", "other", "7")
@@ -47,15 +72,20 @@ func TestMCPSessionIdleCountsFromTheLastAnswer(t *testing.T) {
 	}
 	m.cancel("s1", "agent", "7") // twice is once
 
-	ended := time.Now()
+	// The answer ends half an idle period before the timer fires: the
+	// session lives on until a whole idle period after the answer.
+	clock.Advance(idle / 2)
+	ended := clock.Now()
 	m.end(s, "7", d)
-	select {
-	case at := <-closed:
-		if at.Sub(ended) < idle {
-			t.Fatalf("the session closed %v after its last answer, before idle (%v)", at.Sub(ended), idle)
-		}
-	case <-time.After(10 * idle):
-		t.Fatal("the idle session never closed")
+	if at, shut := fire(idle / 2); shut {
+		t.Fatalf("the session closed %v after its last answer, before idle (%v)", at.Sub(ended), idle)
+	}
+	at, shut := fire(idle / 2)
+	if !shut {
+		t.Fatal("the idle session did not close a whole idle period after its last answer")
+	}
+	if at.Sub(ended) != idle {
+		t.Fatalf("the session closed %v after its last answer, want %v", at.Sub(ended), idle)
 	}
 	if m.begin("s1", "agent", "9", nil) != nil {
 		t.Fatal("a closed session began a request")

@@ -166,7 +166,7 @@ func (g *Gateway) taskForCall(ctx context.Context, req *mcp.CallToolRequest, slo
 // makeTask stores the task of a call's answer, or finds the one its
 // principal already has for the same work.
 func (g *Gateway) makeTask(ctx context.Context, slot *callSlot) (*airlock.Task, error) {
-	now := time.Now().UTC()
+	now := g.clock.Now().UTC()
 	keep := g.m.Retention.RecordsOr()
 	t := &airlock.Task{ID: airlock.NewTaskID(), Principal: slot.principal, Repeat: slot.answer.Repeat, CreatedAt: now}
 	if p := slot.answer.Plan; p != nil {
@@ -412,7 +412,7 @@ func (g *Gateway) taskRequest(ctx context.Context, method string, ss *mcp.Server
 	if err != nil {
 		return flavor, nil, err
 	}
-	if !t.ExpiresAt.IsZero() && !time.Now().Before(t.ExpiresAt) {
+	if !t.ExpiresAt.IsZero() && !g.clock.Now().Before(t.ExpiresAt) {
 		// Purged with its record at the next pass, or already half gone:
 		// either way not read as work that did not happen.
 		return flavor, nil, taskRPCError(rpcInvalidParams, "Failed to retrieve task: task %q has expired (it was kept as long as its record)", id)
