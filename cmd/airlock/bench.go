@@ -267,7 +267,10 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string, rounds int,
 // median of the rounds' ratios.
 func peerRounds(res *bench.Result, rounds int, path string, measure func(string) (bench.Result, error)) error {
 	mine, peers := []float64{res.CallsPerS}, []float64{res.PeerMCPCallsPerS}
-	ratios := []float64{*res.VsPeerMCP}
+	var ratios []float64
+	if res.VsPeerMCP != nil { // nil when the peer made no calls
+		ratios = append(ratios, *res.VsPeerMCP)
+	}
 	for round := 1; round < rounds; round++ {
 		order := []string{path, bench.PeerFor(path)}
 		if round%2 == 0 {
@@ -292,8 +295,10 @@ func peerRounds(res *bench.Result, rounds int, path string, measure func(string)
 		}
 	}
 	res.CallsPerS, res.PeerMCPCallsPerS = median(mine), median(peers)
-	m := median(ratios)
-	res.VsPeerMCP, res.VsPeerMCPRounds = &m, ratios
+	if len(ratios) > 0 {
+		m := median(ratios)
+		res.VsPeerMCP, res.VsPeerMCPRounds = &m, ratios
+	}
 	return nil
 }
 
