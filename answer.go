@@ -85,6 +85,18 @@ func (k OutcomeKind) String() string {
 	return "OutcomeKind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// The outcomes a caller that ran the work itself reports to the claims
+// API (POST /v1/claims/{claim}/complete, docs/openapi.yaml), by their wire
+// names: one vocabulary for the gateway that reads them and the client
+// that sends them. not_started is the caller's not_sent: the work never
+// began.
+const (
+	ClaimOutcomeSucceeded  = "succeeded"
+	ClaimOutcomeFailed     = "failed"
+	ClaimOutcomeUnknown    = "unknown"
+	ClaimOutcomeNotStarted = "not_started"
+)
+
 // Outcome is a side effect's report.
 type Outcome struct {
 	Kind   OutcomeKind

@@ -99,12 +99,13 @@ type Outcome struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Outcome kinds.
+// Outcome kinds, by their wire names (the root package's vocabulary, which
+// the server reads).
 const (
-	Succeeded  = "succeeded"
-	Failed     = "failed"
-	Unknown    = "unknown"
-	NotStarted = "not_started"
+	Succeeded  = airlock.ClaimOutcomeSucceeded
+	Failed     = airlock.ClaimOutcomeFailed
+	Unknown    = airlock.ClaimOutcomeUnknown
+	NotStarted = airlock.ClaimOutcomeNotStarted
 )
 
 // ErrFailed marks an error of the work that means it definitively did not

@@ -257,12 +257,12 @@ type completeRequest struct {
 	Error   string          `json:"error"`
 }
 
-// Claim outcomes.
+// Claim outcomes, by their wire names (the root package's vocabulary).
 const (
-	OutcomeSucceeded  = "succeeded"
-	OutcomeFailed     = "failed"
-	OutcomeUnknown    = "unknown"
-	OutcomeNotStarted = "not_started"
+	OutcomeSucceeded  = airlock.ClaimOutcomeSucceeded
+	OutcomeFailed     = airlock.ClaimOutcomeFailed
+	OutcomeUnknown    = airlock.ClaimOutcomeUnknown
+	OutcomeNotStarted = airlock.ClaimOutcomeNotStarted
 )
 
 // maxOutcomeError bounds the text a caller gives for a failure.
