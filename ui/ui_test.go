@@ -77,6 +77,29 @@ func pageDeps(t *testing.T, manifestText string) (*manifest.Manifest, *sqlite.St
 	return m, s, g, plans
 }
 
+// signInAs signs client c in at the page served at base with token: it
+// reads the sign-in form, takes its CSRF token and posts the token. It
+// returns the form's headers and the post's status.
+func signInAs(t *testing.T, c *http.Client, base, token string) (http.Header, int) {
+	t.Helper()
+	resp, err := c.Get(base + "/ui/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	f := csrfField.FindStringSubmatch(string(b))
+	if f == nil {
+		t.Fatalf("no CSRF token in the sign-in form: %s", b)
+	}
+	posted, err := c.PostForm(base+"/ui/signin", url.Values{"csrf": {f[1]}, "token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	posted.Body.Close()
+	return resp.Header, posted.StatusCode
+}
+
 // purgeCounter tells each PurgeSessions' count, so a test waits on the
 // purge's statements instead of on time.
 type purgeCounter struct {
@@ -175,25 +198,13 @@ func TestPlanPageOffersNoDecisionToWhoMayNotDecide(t *testing.T) {
 		t.Helper()
 		jar, _ := cookiejar.New(nil)
 		c := &http.Client{Jar: jar}
-		resp, err := c.Get(srv.URL + "/ui/signin")
+		signInAs(t, c, srv.URL, name)
+		resp, err := c.Get(srv.URL + "/ui/plans/" + p.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		f := csrfField.FindStringSubmatch(string(b))
-		if f == nil {
-			t.Fatalf("no CSRF token in the sign-in form: %s", b)
-		}
-		if resp, err = c.PostForm(srv.URL+"/ui/signin", url.Values{"csrf": {f[1]}, "token": {name}}); err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp, err = c.Get(srv.URL + "/ui/plans/" + p.ID); err != nil {
-			t.Fatal(err)
-		}
 		defer resp.Body.Close()
-		b, _ = io.ReadAll(resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s's plan page: %d %s", name, resp.StatusCode, b)
 		}
@@ -269,15 +280,10 @@ func TestSignInFormsAndPlans(t *testing.T) {
 	}
 	signIn := func(c *http.Client, token string) int {
 		t.Helper()
-		_, body, h := get(c, "/ui/signin")
+		h, code := signInAs(t, c, srv.URL, token)
 		if h.Get("X-Frame-Options") != "DENY" || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") || h.Get("Cache-Control") != "no-store" {
 			t.Fatalf("security headers: %v", h)
 		}
-		f := csrfField.FindStringSubmatch(body)
-		if f == nil {
-			t.Fatalf("no CSRF token in the sign-in form: %s", body)
-		}
-		code, _ := post(c, "/ui/signin", url.Values{"csrf": {f[1]}, "token": {token}})
 		return code
 	}
 

@@ -294,16 +294,16 @@ func peerRounds(res *bench.Result, rounds int, path string, measure func(string)
 			ratios = append(ratios, *r)
 		}
 	}
-	res.CallsPerS, res.PeerMCPCallsPerS = median(mine), median(peers)
+	res.CallsPerS, res.PeerMCPCallsPerS = math.Round(median(mine)*10)/10, math.Round(median(peers)*10)/10
 	if len(ratios) > 0 {
-		m := median(ratios)
+		m := math.Round(median(ratios)*100) / 100
 		res.VsPeerMCP, res.VsPeerMCPRounds = &m, ratios
 	}
 	return nil
 }
 
-// median of xs (the mean of the middle two for an even count), to two
-// places; 0 for none.
+// median of xs (the mean of the middle two for an even count); 0 for none.
+// Callers round it once, to the places of what it is.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -314,7 +314,7 @@ func median(xs []float64) float64 {
 	if len(s)%2 == 0 {
 		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
-	return math.Round(m*100) / 100
+	return m
 }
 
 // benchCompareAudit runs the workload twice in one process: without the
