@@ -360,7 +360,7 @@ func withPassedTrace(ctx context.Context, parent, state string) context.Context 
 // observe feeds the metrics: the call's outcome, repeats, plans, and the
 // run's count of side-effecting calls at each new one.
 func (g *Gateway) observe(r *route, req *CallRequest, a *airlock.Answer, err error) {
-	kind := airlock.ToolKind("unknown")
+	kind := metrics.UnknownKind
 	name := req.Tool
 	if r != nil {
 		name, kind = r.metricName, r.metricKind

@@ -203,7 +203,16 @@ func (m *Metrics) SideEffect(tool *airlock.Tool, out airlock.Outcome, took time.
 	}
 }
 
-// Call records one agent call's answer (or error).
+// The labels of calls to a tool nobody configured: the caller chose the
+// name, so it is not a label value (a tool's name starts with a letter, so
+// UnknownTool is no tool's).
+const (
+	UnknownTool = "_unknown"
+	UnknownKind = airlock.ToolKind("unknown")
+)
+
+// Call records one agent call's answer (or error); a call to a tool nobody
+// configured (kind UnknownKind) is counted under tool UnknownTool.
 func (m *Metrics) Call(tool string, kind airlock.ToolKind, a *airlock.Answer, err error) {
 	outcome := "error"
 	switch {
@@ -228,10 +237,10 @@ func (m *Metrics) Call(tool string, kind airlock.ToolKind, a *airlock.Answer, er
 			m.InDoubt.WithLabelValues(tool).Inc()
 		}
 	}
-	if kind == "unknown" {
-		// Not cached: a tool nobody configured, named by the caller.
-		m.ToolCalls.WithLabelValues(tool, string(kind), outcome).Inc()
-		return
+	if kind == UnknownKind {
+		// A tool nobody configured is named by the caller: one series for
+		// all of them, or a caller could add series without end.
+		tool = UnknownTool
 	}
 	labels := [3]string{tool, string(kind), outcome}
 	series(&m.callSeries, labels, func() prometheus.Counter { return m.ToolCalls.WithLabelValues(labels[:]...) }).Inc()

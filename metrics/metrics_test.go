@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,30 @@ func openStore(t *testing.T) *sqlite.Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A tool nobody configured is named by the caller, so its name is no label
+// value: a thousand made-up names are one series, and a configured tool
+// keeps its own.
+func TestCallsToUnknownToolsAreOneSeries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := &airlock.Error{Code: airlock.CodeUnknownTool, Message: "no such tool"}
+	for i := range 1000 {
+		m.Call("made_up_"+strconv.Itoa(i), metrics.UnknownKind, nil, unknown)
+	}
+	m.Call("add_note", airlock.KindWrite, &airlock.Answer{Status: airlock.StatusSucceeded}, nil)
+	want := `
+# HELP airlock_tool_calls_total Tool calls by tool, kind and outcome (succeeded, failed, in_progress, in_doubt, planned, refused, error).
+# TYPE airlock_tool_calls_total counter
+airlock_tool_calls_total{kind="write",outcome="succeeded",tool="add_note"} 1
+airlock_tool_calls_total{kind="unknown",outcome="refused",tool="_unknown"} 1000
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "airlock_tool_calls_total"); err != nil {
+		t.Fatal(err)
+	}
 }
