@@ -118,7 +118,7 @@ func bodyRead(w http.ResponseWriter) {
 // connection string is ever in either). A probe is reused for a second, so
 // that probes cannot flood the store with commits.
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
-	p := g.ready.check(r.Context(), func(ctx context.Context) probe {
+	p := g.ready.check(r.Context(), g.clock.Now(), func(ctx context.Context) probe {
 		if err := g.store.Ping(ctx); err != nil {
 			return probe{"the store is not reachable or not migrated", err}
 		}
@@ -142,22 +142,22 @@ type probe struct {
 	err    error
 }
 
-// readiness caches the last probe for a second.
+// readiness caches the last probe for a second of the gateway's clock.
 type readiness struct {
 	mu   sync.Mutex
 	at   time.Time
 	last probe
 }
 
-func (rd *readiness) check(ctx context.Context, run func(context.Context) probe) probe {
+func (rd *readiness) check(ctx context.Context, now time.Time, run func(context.Context) probe) probe {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	if !rd.at.IsZero() && time.Since(rd.at) < time.Second {
+	if !rd.at.IsZero() && now.Sub(rd.at) < time.Second {
 		return rd.last
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rd.last, rd.at = run(ctx), time.Now()
+	rd.last, rd.at = run(ctx), now
 	return rd.last
 }
 
@@ -271,7 +271,7 @@ func (g *Gateway) handleReport(w http.ResponseWriter, r *http.Request) {
 		}
 		period = d
 	}
-	rep, err := metrics.Compute(r.Context(), g.store, &g.m.Catalog, period, time.Now())
+	rep, err := metrics.Compute(r.Context(), g.store, &g.m.Catalog, period, g.clock.Now())
 	if err != nil {
 		writeError(w, g.log, err)
 		return

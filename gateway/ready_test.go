@@ -6,8 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
@@ -77,4 +82,59 @@ func TestReadyMeansAClaimCanBeWritten(t *testing.T) {
 			}
 		})
 	}
+}
+
+// probeCounter counts the store writes /readyz makes.
+type probeCounter struct {
+	airlock.Store
+	writes atomic.Int32
+}
+
+func (p *probeCounter) ProbeWrite(ctx context.Context) error {
+	p.writes.Add(1)
+	return p.Store.ProbeWrite(ctx)
+}
+
+// A probe is reused for a second of the gateway's clock, so that probes
+// cannot flood the store with commits; after it the store is asked again.
+func TestReadyReusesAProbeForASecond(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, err := manifest.Parse([]byte(testManifest), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.OpenMigrated(ctx, "sqlite:"+filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	counted := &probeCounter{Store: s}
+	clock := clockwork.NewFakeClock()
+	guard := guard.New(counted, nil)
+	t.Cleanup(guard.Close)
+	g, err := gateway.New(gateway.Config{Manifest: m, Guard: guard, Store: counted, Funcs: frontFuncs(), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	ready := func(wantWrites int32) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || counted.writes.Load() != wantWrites {
+			t.Fatalf("readyz %d after %d probe writes; want 200 after %d", resp.StatusCode, counted.writes.Load(), wantWrites)
+		}
+	}
+	ready(1)
+	ready(1)
+	clock.Advance(999 * time.Millisecond)
+	ready(1)
+	clock.Advance(time.Millisecond)
+	ready(2)
+	ready(2)
 }
