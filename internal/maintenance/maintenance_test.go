@@ -55,14 +55,27 @@ func TestPassesFollowTheClockUntilStopped(t *testing.T) {
 	s.Stop()
 }
 
-// The end of Start's context ends the passes too.
+// The end of Start's context ends the passes too, without Stop: the pass
+// under way sees its context end (a reaper or sealer stops mid-pass), and
+// Stop then has nothing left to wait for.
 func TestContextEndsThePasses(t *testing.T) {
 	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	inPass := make(chan context.Context)
+	s := maintenance.New(func(ctx context.Context) {
+		inPass <- ctx
+		<-ctx.Done()
+	}, maintenance.Config{Interval: time.Minute, RunAtStart: true, Clock: clock})
 	ctx, cancel := context.WithCancel(context.Background())
-	s := maintenance.New(func(context.Context) {}, maintenance.Config{Interval: time.Millisecond})
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	pass := <-inPass
 	cancel()
+	select {
+	case <-pass.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pass's context did not end with Start's")
+	}
 	s.Stop() // returns: the loop has ended
 }
