@@ -544,7 +544,12 @@ func (g *Gateway) tasksList(ctx context.Context, ss *mcp.ServerSession, p *taskP
 // messageCannotStop says why a cancelled call goes on.
 const messageCannotStop = "Cancellation was asked, but this call's side effect has already started and cannot be stopped: it goes on, and its result is kept (polling the task, or calling again with the same arguments, gets it)."
 
-// tasksCancel withdraws a plan that still waits for a person; a call
+// messageNotProposer says why a plan goes on waiting when a task of
+// another principal than its proposer is cancelled.
+const messageNotProposer = "Cancellation was asked, but this plan was proposed by another principal, and only its proposer can withdraw it: it still waits for a person."
+
+// tasksCancel withdraws a plan that still waits for a person, on its
+// proposer's word; a call
 // under way, or a plan already approved, goes on (the answer says so).
 func (g *Gateway) tasksCancel(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*rawResult, error) {
 	flavor, t, err := g.taskRequest(ctx, "tasks/cancel", ss, p)
@@ -562,6 +567,12 @@ func (g *Gateway) tasksCancel(ctx context.Context, ss *mcp.ServerSession, p *tas
 			return nil, taskRPCError(rpcInvalidParams, "Cannot cancel task %s: it is already %s", t.ID, v.status)
 		}
 		note = "The task had already ended (" + v.status + "); nothing was changed."
+	case v.plan != nil && v.plan.Status == airlock.PlanAwaitingApproval && v.plan.ProposedBy != airlock.ActorOr(t.Principal):
+		// Another principal doing the same work has a task of its own for
+		// the plan; withdrawing is its proposer's word alone (a plan made
+		// before proposers were kept has none, so nobody withdraws it).
+		note = messageNotProposer
+		v.message = messageNotProposer
 	case v.plan != nil && v.plan.Status == airlock.PlanAwaitingApproval:
 		if _, _, err := g.plans.Withdraw(airlock.WithActor(ctx, t.Principal), t.PlanID, airlock.ActorOr(t.Principal)); err != nil {
 			return nil, err

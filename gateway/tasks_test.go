@@ -327,6 +327,38 @@ func TestMCPTasksOn20260728(t *testing.T) {
 		}
 	})
 
+	t.Run("only the proposer's task withdraws a shared plan", func(t *testing.T) {
+		callPlan := func(id any, header ...string) string {
+			t.Helper()
+			_, out := statelessTasks(t, url, id, "tools/call", "plan_pay", map[string]any{"name": "plan_pay", "arguments": map[string]any{"record_id": "P3"}}, header...)
+			pid, _ := resultOf(t, out)["taskId"].(string)
+			return pid
+		}
+		mine := callPlan(20)
+		other := []string{"Authorization", "Bearer other-token"}
+		theirs := callPlan(21, other...)
+		if mine == "" || theirs == "" || mine == theirs {
+			t.Fatalf("tasks of the one plan: %q %q", mine, theirs)
+		}
+		_, out := statelessTasks(t, url, 22, "tasks/cancel", theirs, map[string]any{"taskId": theirs}, other...)
+		note, _ := resultOf(t, out)["_meta"].(map[string]any)["io.airlock/note"].(string)
+		if !strings.Contains(note, "only its proposer") {
+			t.Fatalf("another principal's cancel: %v", out)
+		}
+		waiting, err := ts.plans.List(context.Background(), airlock.PlanFilter{Status: airlock.PlanAwaitingApproval})
+		if err != nil || len(waiting) != 1 || waiting[0].ProposedBy != "agent" {
+			t.Fatalf("the plan after another principal's cancel: %v %+v", err, waiting)
+		}
+		_, out = statelessTasks(t, url, "g", "tasks/get", theirs, map[string]any{"taskId": theirs}, other...)
+		if task := resultOf(t, out); task["status"] != "working" {
+			t.Fatalf("their task: %v", task)
+		}
+		statelessTasks(t, url, 23, "tasks/cancel", mine, map[string]any{"taskId": mine})
+		if task := get(mine)(); task["status"] != "cancelled" {
+			t.Fatalf("the proposer's cancel: %v", task)
+		}
+	})
+
 	t.Run("an approved plan's task completes with its result", func(t *testing.T) {
 		_, out := statelessTasks(t, url, 9, "tools/call", "plan_pay", map[string]any{"name": "plan_pay", "arguments": map[string]any{"record_id": "P2"}})
 		pid, _ := resultOf(t, out)["taskId"].(string)
