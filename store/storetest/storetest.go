@@ -295,6 +295,53 @@ func runStore(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	// A holder whose lease ended is late, not wrong: while nobody has
+	// reaped or taken its record, nobody else can have run the work, so its
+	// outcome is the truth and is kept (decision 71). Once the reaper
+	// marked the record in doubt, or another owner took it, the late
+	// outcome changes nothing.
+	t.Run("ALateOutcomeIsKeptUntilTheRecordIsReapedOrTaken", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		later := now.Add(time.Minute)
+		kept, reaped, taken := Key("late-kept"), Key("late-reaped"), Key("late-taken")
+		for _, key := range []string{kept, reaped, taken} {
+			_, _, err := s.Claim(ctx, claimOf(key, "slow", now, time.Second))
+			must(t, err)
+		}
+		ok, err := s.ExpireLease(ctx, &airlock.ExpireLeaseParams{Key: reaped, Now: later, Note: "lease expired"})
+		must(t, err)
+		_, tookOver, err := s.TakeOver(ctx, &airlock.TakeOverParams{Key: taken, Owner: "redriver", Now: later, LeaseUntil: later.Add(time.Minute)})
+		must(t, err)
+		if !ok || !tookOver {
+			t.Fatalf("reaped %v, taken over %v", ok, tookOver)
+		}
+		late := func(key string) error {
+			return s.Complete(ctx, &airlock.Completion{Key: key, Owner: "slow", State: airlock.StateSucceeded, Result: json.RawMessage(`{"late":true}`), Now: later})
+		}
+		must(t, late(kept))
+		for _, key := range []string{reaped, taken} {
+			if err := late(key); !errors.Is(err, airlock.ErrLeaseLost) {
+				t.Fatalf("%s: a late outcome after the record was reaped or taken: %v, want ErrLeaseLost", key, err)
+			}
+		}
+		for key, want := range map[string]airlock.State{kept: airlock.StateSucceeded, reaped: airlock.StateInDoubt, taken: airlock.StateRunning} {
+			got, err := s.Get(ctx, key)
+			must(t, err)
+			if got.State != want {
+				t.Fatalf("%s: %s, want %s", key, got.State, want)
+			}
+		}
+		recs, err := s.ExpiredLeases(ctx, later.Add(time.Minute), 1000)
+		must(t, err)
+		if containsKey(recs, kept) {
+			t.Fatal("a completed record is listed as an expired lease")
+		}
+		if ok, err := s.ExpireLease(ctx, &airlock.ExpireLeaseParams{Key: kept, Now: later.Add(time.Minute), Note: "lease expired"}); err != nil || ok {
+			t.Fatalf("the reaper after the late outcome: %v %v", ok, err)
+		}
+	})
+
 	t.Run("InDoubtPagesWithACursor", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
