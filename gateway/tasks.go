@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -470,8 +471,8 @@ func (g *Gateway) tasksResult(ctx context.Context, ss *mcp.ServerSession, p *tas
 	if err != nil {
 		return nil, err
 	}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+	w := g.newTaskWait(ctx, t)
+	defer w.stop()
 	for {
 		v, err := g.viewTask(ctx, t)
 		if err != nil {
@@ -498,12 +499,58 @@ func (g *Gateway) tasksResult(ctx context.Context, ss *mcp.ServerSession, p *tas
 			fields["_meta"] = meta
 			return &rawResult{fields: fields}, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
+		if err := w.next(ctx); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// A tasks/result waits for its task's work to move: a record's change is
+// announced (the guard's wake-up, on every replica), so it is re-read then
+// and every PollInterval besides; a plan's is not (a person decides it, the
+// flow commits it), so it is re-read at first every taskPollFirst and
+// then less often, up to every taskPollMost: a client may wait hours on a
+// plan, and its wait should cost the store little.
+const (
+	taskPollFirst = 250 * time.Millisecond
+	taskPollMost  = 2 * time.Second
+)
+
+// taskWait is one tasks/result's wait for its work to move.
+type taskWait struct {
+	clock   clockwork.Clock
+	every   time.Duration // the next re-read's delay
+	most    time.Duration // the longest delay
+	changed <-chan struct{}
+	rearm   func() (<-chan struct{}, func())
+	stop    func()
+}
+
+func (g *Gateway) newTaskWait(ctx context.Context, t *airlock.Task) *taskWait {
+	w := &taskWait{clock: g.clock, every: taskPollFirst, most: taskPollMost, stop: func() {}}
+	if t.PlanID == "" && g.guard != nil {
+		key := t.RecordKey
+		w.rearm = func() (<-chan struct{}, func()) { return g.guard.Changed(ctx, key) }
+		w.changed, w.stop = w.rearm()
+		w.every, w.most = g.guard.PollInterval(), g.guard.PollInterval()
+	}
+	return w
+}
+
+// next returns when the work may have moved, or with the context's error.
+func (w *taskWait) next(ctx context.Context) error {
+	timer := w.clock.NewTimer(w.every)
+	defer timer.Stop()
+	w.every = min(2*w.every, w.most)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.changed:
+		w.stop()
+		w.changed, w.stop = w.rearm()
+	case <-timer.Chan():
+	}
+	return nil
 }
 
 // maxTaskPage is the page size of tasks/list.

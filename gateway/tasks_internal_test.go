@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/airlockhq/airlock"
@@ -61,5 +62,56 @@ tools:
 	var rpc *jsonrpc.Error
 	if !errors.As(err, &rpc) || rpc.Code != rpcInvalidParams || !strings.Contains(rpc.Message, "expired") {
 		t.Fatalf("an expired task: %v", err)
+	}
+}
+
+// A tasks/result on a plan re-reads it less and less often, by the
+// gateway's clock: at first after taskPollFirst, then twice as long each
+// time, up to taskPollMost; a wake-up (a record's change) ends the wait at
+// once, without the clock, and the next wait listens again.
+func TestTaskWaitBacksOffByTheClockAndWakesOnAChange(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w := &taskWait{clock: clock, every: taskPollFirst, most: taskPollMost, stop: func() {}}
+	for _, delay := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second} {
+		done := make(chan error, 1)
+		go func() { done <- w.next(ctx) }()
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(delay - time.Millisecond)
+		select {
+		case <-done:
+			t.Fatalf("the wait of %v ended before its time", delay)
+		default:
+		}
+		clock.Advance(time.Millisecond)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	changes := make(chan chan struct{}, 2)
+	w = &taskWait{clock: clock, every: time.Hour, most: time.Hour, stop: func() {}}
+	w.rearm = func() (<-chan struct{}, func()) {
+		ch := make(chan struct{})
+		changes <- ch
+		return ch, func() {}
+	}
+	w.changed, w.stop = w.rearm()
+	close(<-changes)
+	if err := w.next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes: // listening again for the next change
+	default:
+		t.Fatal("the wait did not listen again after a change")
+	}
+	cancel()
+	if err := w.next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a wait whose context ended: %v", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/plan"
@@ -57,7 +59,7 @@ type tasksSetup struct {
 	release  map[string]chan struct{}
 }
 
-func setupTasks(t *testing.T) *tasksSetup {
+func setupTasks(t *testing.T, configure ...func(*gateway.Config)) *tasksSetup {
 	t.Helper()
 	ts := &tasksSetup{release: map[string]chan struct{}{}}
 	for _, id := range []string{"R1", "R2", "R3", "R4", "R5"} {
@@ -86,6 +88,9 @@ func setupTasks(t *testing.T) *tasksSetup {
 		}
 		c.Plans = ts.plans
 		c.Tokens = append(c.Tokens, gateway.Token{Name: "other-agent", Role: airlock.RoleAgent, SHA256: gateway.HashToken("other-token")})
+		for _, f := range configure {
+			f(c)
+		}
 	})
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
@@ -392,11 +397,14 @@ func mustJSON(t *testing.T, v any) []byte {
 }
 
 // sessionPost posts a message in a 2025-11-25 session; it returns the
-// answer and the session id the server named.
+// answer and the session id the server named. An answer that does not
+// come within 20 s fails the test (a wait that never ends).
 func sessionPost(t *testing.T, url, session string, body map[string]any) (map[string]any, string) {
 	t.Helper()
 	raw, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(string(raw)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/mcp", strings.NewReader(string(raw)))
 	req.Header.Set("Authorization", "Bearer "+frontToken)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -430,9 +438,12 @@ func sessionPost(t *testing.T, url, session string, body map[string]any) (map[st
 // and plan's taskSupport are declared; a task-augmented call gets a task
 // nested under "task"; tasks/get, tasks/result, tasks/list and tasks/cancel
 // answer as that revision defines them.
+//
+// The gateway's clock never moves here: tasks/result learns that the work
+// ended from the record's change, not from a timer.
 func TestMCPTasksOn20251125(t *testing.T) {
 	t.Parallel()
-	ts := setupTasks(t)
+	ts := setupTasks(t, func(c *gateway.Config) { c.Clock = clockwork.NewFakeClock() })
 	url := ts.url
 	init, session := sessionPost(t, url, "", map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize",
 		"params": map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}})

@@ -734,6 +734,23 @@ func (g *Guard) waitFinal(ctx context.Context, giveUp <-chan struct{}, key strin
 	}
 }
 
+// Changed returns a channel closed when the record of key may have moved
+// (completed, reaped, settled, released) in this process or, through the
+// store's notifications, in another; stop ends the wait. A record changed
+// by what the store does not announce is found by re-reading it every
+// PollInterval. The channel is closed once: wait again for the next change.
+func (g *Guard) Changed(ctx context.Context, key string) (changed <-chan struct{}, stop func()) {
+	changed, stop = g.hub.wait(key)
+	if err := g.store.Watch(ctx, key); err != nil {
+		g.log.Warn("airlock: watching a record failed; polling instead", "key", key, "err", err)
+	}
+	return changed, stop
+}
+
+// PollInterval is how often a waiter for a record's change re-reads it
+// (the store's).
+func (g *Guard) PollInterval() time.Duration { return g.store.PollInterval() }
+
 func (g *Guard) rearm(key string, cancel func()) (<-chan struct{}, func()) {
 	cancel()
 	return g.hub.wait(key)
