@@ -20,6 +20,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/internal/maintenance"
 )
@@ -365,9 +367,10 @@ func SealPending(ctx context.Context, s airlock.AuditStore) (int, error) {
 // NewSealer is the service that seals new events every interval (a pass
 // at start, then one per interval, until stopped); each pass that sealed
 // any logs the chain's head, and sealed, when set, is told how many events
-// the pass sealed and the head.
-func NewSealer(s airlock.AuditStore, every time.Duration, log *slog.Logger, sealed func(n int, head airlock.AuditAnchor)) *maintenance.Service {
-	return maintenance.New(func(ctx context.Context) { sealPass(ctx, s, log, sealed) }, maintenance.Config{Interval: every, RunAtStart: true})
+// the pass sealed and the head. The passes follow clock (nil: the
+// system's).
+func NewSealer(s airlock.AuditStore, every time.Duration, clock clockwork.Clock, log *slog.Logger, sealed func(n int, head airlock.AuditAnchor)) *maintenance.Service {
+	return maintenance.New(func(ctx context.Context) { sealPass(ctx, s, log, sealed) }, maintenance.Config{Interval: every, RunAtStart: true, Clock: clock})
 }
 
 func sealPass(ctx context.Context, s airlock.AuditStore, log *slog.Logger, sealed func(n int, head airlock.AuditAnchor)) {
@@ -414,6 +417,9 @@ type Retention struct {
 	Batch int
 	// Logger reports failed passes. Default: none.
 	Logger *slog.Logger
+	// Clock times the passes and is the "now" retention counts back
+	// from. Default: the system clock.
+	Clock clockwork.Clock
 	// Purged, when set, is told what each pass removed.
 	Purged func(events, figureRows int)
 }
@@ -430,15 +436,18 @@ func NewRetention(s RetentionStore, cfg Retention) *maintenance.Service {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Minute
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	return maintenance.New(func(ctx context.Context) {
-		events, rows, err := RetentionPass(ctx, s, time.Now(), cfg)
+		events, rows, err := RetentionPass(ctx, s, cfg.Clock.Now(), cfg)
 		if cfg.Purged != nil && (events > 0 || rows > 0) {
 			cfg.Purged(events, rows)
 		}
 		if err != nil && ctx.Err() == nil && cfg.Logger != nil {
 			cfg.Logger.Warn("airlock: retention purge", "err", err)
 		}
-	}, maintenance.Config{Interval: cfg.Every, RunAtStart: true})
+	}, maintenance.Config{Interval: cfg.Every, RunAtStart: true, Clock: cfg.Clock})
 }
 
 // RetentionPass is one pass of NewRetention's service at now.

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/guard"
 	"github.com/airlockhq/airlock/internal/maintenance"
@@ -57,8 +59,9 @@ type Config struct {
 	Callers  Caller             // required
 	// Observer is told of new plans, decisions and expiries. Default: none.
 	Observer Observer
-	// Clock. Default: the system clock.
-	Clock airlock.Clock
+	// Clock is the plans' time source: proposals, decisions, expiry and
+	// the Expirer's passes. Default: the system clock.
+	Clock clockwork.Clock
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Tracer makes the propose, decide and commit spans and passes the
@@ -76,7 +79,7 @@ type Service struct {
 	webhook  *http.Client
 	cfg      Config
 	policies map[string]*policy.Policy
-	clock    airlock.Clock
+	clock    clockwork.Clock
 	log      *slog.Logger
 }
 
@@ -91,7 +94,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, policies: policies, clock: cfg.Clock, log: cfg.Logger, webhook: &http.Client{}}
 	if s.clock == nil {
-		s.clock = airlock.SystemClock{}
+		s.clock = clockwork.NewRealClock()
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -406,7 +409,7 @@ func (s *Service) Expirer(every time.Duration) *maintenance.Service {
 		if _, err := s.Expire(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("airlock: expiring plans", "err", err)
 		}
-	}, maintenance.Config{Interval: every, RunAtStart: true})
+	}, maintenance.Config{Interval: every, RunAtStart: true, Clock: s.clock})
 }
 
 // Waiting counts the plans awaiting a person per tool, with the oldest
@@ -531,19 +534,19 @@ func (s *Service) settleCommit(ctx context.Context, id string, tool *airlock.Too
 
 // WaitForCommit polls the plan until it is final (or in doubt) or wait passes.
 func (s *Service) WaitForCommit(ctx context.Context, id string, wait time.Duration) (*airlock.Plan, error) {
-	deadline := time.Now().Add(wait)
+	deadline := s.clock.Now().Add(wait)
 	for {
 		p, err := s.cfg.Store.GetPlan(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		if p.Status.Final() || p.Status == airlock.PlanInDoubt || time.Now().After(deadline) {
+		if p.Status.Final() || p.Status == airlock.PlanInDoubt || s.clock.Now().After(deadline) {
 			return p, nil
 		}
 		select {
 		case <-ctx.Done():
 			return p, nil
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(20 * time.Millisecond): // a re-read, not a time the plan keeps
 		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/guard"
@@ -156,7 +158,7 @@ func setup(t *testing.T, d driver) *bundle {
 	l := &ledger{amounts: map[string]int64{"WD-BIG": 250000, "WD-24817": 100000}, approvals: map[string]int{}}
 	s, startWorker := d.open(t)
 	guard := guard.New(s, nil)
-	clock, obs := &testClock{}, &recorder{}
+	clock, obs := &testClock{Clock: clockwork.NewRealClock()}, &recorder{}
 	svc, err := plan.New(plan.Config{Manifest: m, Store: s, Guard: guard, Callers: l.caller, Clock: clock, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
@@ -497,7 +499,10 @@ func decision(id string, approve bool, reason, hash string) airlock.PlanDecision
 }
 
 // testClock is the system clock moved forward by advance.
-type testClock struct{ offset atomic.Int64 }
+type testClock struct {
+	clockwork.Clock // the system's, for timers and tickers
+	offset          atomic.Int64
+}
 
 func (c *testClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *testClock) advance(d time.Duration) { c.offset.Add(int64(d)) }

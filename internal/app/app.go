@@ -46,6 +46,7 @@ import (
 	"github.com/airlockhq/airlock/upstream/httpjson"
 	upmcp "github.com/airlockhq/airlock/upstream/mcp"
 
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/net/netutil"
 )
 
@@ -71,6 +72,12 @@ type Config struct {
 	// Funcs execute tools by name in process, before any upstream (embedding,
 	// benchmarks). Default: none.
 	Funcs map[string]upstream.Caller
+	// Clock is the one time source of the guard, the gateway, the page,
+	// plans and the background services: keys' windows, leases, records'
+	// and plans' times, sessions, and when each pass runs (connection
+	// deadlines stay on the system clock, as net/http reads them). Tests
+	// pass a clockwork.FakeClock. Default: the system clock.
+	Clock clockwork.Clock
 	// Version is reported to MCP clients. Default "dev".
 	Version string
 	// Logger. Default slog.Default().
@@ -200,7 +207,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	}
 	a.Guard = guard.New(a.Store, &guard.Config{
 		Logger: a.log, Lease: cfg.Lease, Observer: a.Metrics, Retention: m.Retention.RecordsOr(), Tracer: cfg.Tracer,
-		MaxRunIDBytes: m.Limits.RunIDBytesOr(), CacheBytes: m.Limits.CacheBytesOr(),
+		MaxRunIDBytes: m.Limits.RunIDBytesOr(), CacheBytes: m.Limits.CacheBytesOr(), Clock: cfg.Clock,
 	})
 	a.Reaper = guard.NewReaper(a.Guard, &guard.ReaperConfig{
 		Interval: reapInterval(cfg), Redrive: a.redrive, Reconciler: reconciler, ReconcileBackoff: cfg.ReconcileBackoff,
@@ -223,15 +230,20 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	}
 	if a.Plans, err = plan.New(plan.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Callers: a.caller, Observer: a.Metrics, Logger: a.log, Tracer: cfg.Tracer,
 		NotifySecret:  noticeSecret,
-		MaxRunIDBytes: m.Limits.RunIDBytesOr()}); err != nil {
+		MaxRunIDBytes: m.Limits.RunIDBytesOr(), Clock: cfg.Clock}); err != nil {
 		return nil, err
 	}
 	tokens := cfg.Tokens
+	var now func() time.Time // the throttle's default: the system clock
+	if cfg.Clock != nil {
+		now = cfg.Clock.Now
+	}
 	// One throttle for bearer tokens and the page's sign-in: guessing
 	// either costs the same address.
 	throttle := gateway.NewThrottle(&gateway.ThrottleConfig{
 		Failed:  func(kind string) { a.Metrics.AuthFailures.WithLabelValues(kind).Inc() },
 		Refused: func(kind string) { a.Metrics.AuthRefused.WithLabelValues(kind).Inc() },
+		Now:     now,
 	})
 	proxies := gateway.Proxies(m.Auth.TrustedPrefixes())
 	var issued *jwt.Verifier
@@ -247,7 +259,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		sso = oidc.New(oidc.Config{Spec: *o, ClientSecret: secret})
 	}
 	a.web, err = ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
-		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure, SSO: sso,
+		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure, SSO: sso, Clock: cfg.Clock,
 		Authenticate: func(token string) (ui.Principal, bool) {
 			p, ok := gateway.Authenticate(tokens, token)
 			return ui.Principal{Name: p.Name, Role: p.Role}, ok
@@ -260,7 +272,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		Version: cfg.Version, DefaultRunID: cfg.DefaultRunID, Plans: a.Plans, Metrics: a.Metrics, Gatherer: a.Registry, UI: a.web.Handler(),
 		Tracer: cfg.Tracer, MaxBody: m.Limits.RequestBytesOr(),
 		MCPSessionIdle: m.Limits.MCPSessionIdle.Duration, MCPSessionsPerToken: m.Limits.MCPSessionsPerToken,
-		BodyTimeout: m.Limits.BodyTimeout.Duration, Throttle: throttle, TrustedProxies: proxies,
+		BodyTimeout: m.Limits.BodyTimeout.Duration, Throttle: throttle, TrustedProxies: proxies, Clock: cfg.Clock,
 	}); err != nil {
 		return nil, err
 	}
@@ -450,10 +462,10 @@ func (a *App) Start(ctx context.Context) error {
 	a.services = []interface {
 		Start(context.Context) error
 		Stop()
-	}{a.Reaper, a.Plans.Expirer(expireEvery), audit.NewSealer(a.Store, sealEvery, a.log, a.sealed), a.web.SessionPurger(time.Minute)}
+	}{a.Reaper, a.Plans.Expirer(expireEvery), audit.NewSealer(a.Store, sealEvery, a.cfg.Clock, a.log, a.sealed), a.web.SessionPurger(time.Minute)}
 	if r := audit.NewRetention(a.Store, audit.Retention{
 		Audit: a.Manifest.Retention.AuditOr(), Figures: a.Manifest.Retention.FiguresOr(),
-		Every: a.cfg.RetentionEvery, Logger: a.log, Purged: a.purged,
+		Every: a.cfg.RetentionEvery, Logger: a.log, Purged: a.purged, Clock: a.cfg.Clock,
 	}); r != nil {
 		a.services = append(a.services, r)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/gateway"
@@ -333,5 +335,57 @@ func TestRetentionPurgesOldEventsAndFigures(t *testing.T) {
 				t.Fatalf("verify after retention: %+v %v", r, err)
 			}
 		})
+	}
+}
+
+// One clock runs the whole app: a call's record and its audit events carry
+// the configured clock's time, and the retention purge counts back from
+// it and runs when it moves (the sealer too), not by the wall clock.
+func TestOneClockForTheWholeApp(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2031, 3, 4, 10, 0, 0, 0, time.UTC)
+	clock := clockwork.NewFakeClockAt(at)
+	sqlite := drivers()[0]
+	b := setupWith(t, sqlite, "retention: {audit: 1d}\n", func(c *app.Config) {
+		c.Clock = clock
+		c.ReapEvery = time.Hour
+	})
+	ctx := context.Background()
+	// An event two days old by the app's clock, first in the log (the
+	// purge takes the log's oldest events).
+	old := &airlock.AuditEvent{At: at.Add(-48 * time.Hour), Kind: airlock.EventCompleted, Tool: "add_note", Key: "old", Actor: "agent-1", Outcome: airlock.OutcomeTextSucceeded}
+	if err := b.app.Store.AppendAudit(ctx, []*airlock.AuditEvent{old}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.gw.Call(ctx, &gateway.CallRequest{Tool: "add_note", Args: json.RawMessage(`{"record_id":"N-1","text":"t"}`), RunID: "run-1"})
+	if err != nil || a.Status != airlock.StatusSucceeded {
+		t.Fatalf("call: %+v %v", a, err)
+	}
+	rec, err := b.app.Store.Get(ctx, a.Key)
+	if err != nil || !rec.CreatedAt.Equal(at) || !rec.UpdatedAt.Equal(at) {
+		t.Fatalf("the record's times: %+v %v, want %v", rec, err, at)
+	}
+	// The 48-hour-old event goes once the sealer and the purge have run on
+	// the app's clock; the call's events, at the clock's now, stay.
+	waitFor(t, "the purge of the event two days older than the app's clock", func() bool {
+		clock.Advance(time.Minute)
+		anchor, err := b.app.Store.AuditAnchor(ctx)
+		return err == nil && anchor.Purged == 1
+	})
+	events, err := b.app.Store.AuditSince(ctx, at.Add(-time.Hour), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, e := range events {
+		if e.Key == a.Key {
+			calls++
+			if !e.At.Equal(at) {
+				t.Errorf("the call's %s event at %v, want %v", e.Kind, e.At, at)
+			}
+		}
+	}
+	if calls == 0 {
+		t.Fatalf("no audit event of the call kept: %+v", events)
 	}
 }

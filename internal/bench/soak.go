@@ -128,7 +128,7 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 	dayAgo := now.Add(-24 * time.Hour)
 	var counts soakCounts
 	var next, records, plans, recordNanos atomic.Int64
-	sealer := audit.NewSealer(s, 200*time.Millisecond, nil, nil) // the server's sealer, as it runs beside the writes
+	sealer := audit.NewSealer(s, 200*time.Millisecond, nil, nil, nil) // the server's sealer, as it runs beside the writes
 	if err := sealer.Start(ctx); err != nil {
 		return nil, err
 	}
