@@ -220,15 +220,6 @@ type Store interface {
 	Close() error
 }
 
-// Clock tells the time; tests replace it.
-type Clock interface{ Now() time.Time }
-
-// SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
 // RecordFilter selects a page of records in one state, most recently
 // changed first. Only in_doubt is listed: it is the one list a person
 // works through, and records are in doubt rarely, so its partial index
