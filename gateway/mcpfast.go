@@ -71,7 +71,7 @@ func (g *Gateway) fastCall(w http.ResponseWriter, d *dropWriter, r *http.Request
 		// A session airlock saw this principal open, on a revision with
 		// sessions; the SDK ends it (DELETE, idle, shutdown) before airlock
 		// forgets it, so an ended one goes to the SDK, which says so.
-		if requested >= firstStatelessRevision || msg.protocolVersion != "" || !owned {
+		if requested >= firstStatelessRevision || msg.protocolVersion() != "" || !owned {
 			return false
 		}
 	case requested >= firstStatelessRevision:
@@ -79,7 +79,7 @@ func (g *Gateway) fastCall(w http.ResponseWriter, d *dropWriter, r *http.Request
 		// _meta holds the client's capabilities (and its info, if any) as
 		// objects, as the SDK requires; a client that declares the Tasks
 		// extension may get a task, which the SDK's path makes.
-		if msg.protocolVersion != requested || r.Header.Get("Mcp-Protocol-Version") != requested {
+		if msg.protocolVersion() != requested || r.Header.Get("Mcp-Protocol-Version") != requested {
 			return false
 		}
 		if caps := msg.meta[metaClientCapabilities]; len(caps) == 0 || caps[0] != '{' || declaresTasksRaw(caps) {

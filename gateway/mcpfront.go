@@ -112,7 +112,7 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 		}
 		requested := r.Header.Get("Mcp-Protocol-Version")
 		if requested == "" {
-			requested = msg.protocolVersion
+			requested = msg.protocolVersion()
 		}
 		if requested != "" && !slices.Contains(servedVersions, requested) {
 			writeRPCError(w, http.StatusBadRequest, rpcUnsupportedProtocolVersion,
@@ -191,8 +191,6 @@ func (d *dropWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 type edgeMessage struct {
 	ID     json.RawMessage
 	Method string
-	// protocolVersion is _meta's io.modelcontextprotocol/protocolVersion.
-	protocolVersion string
 	// cancelledID is a notifications/cancelled's requestId.
 	cancelledID json.RawMessage
 	// task says a tools/call is task-augmented (2025-11-25's params.task).
@@ -206,6 +204,10 @@ type edgeMessage struct {
 	// decoded ("" when absent or null).
 	metaText [len(metaStrings)]string
 }
+
+// protocolVersion is _meta's io.modelcontextprotocol/protocolVersion
+// (metaStrings' first field).
+func (m *edgeMessage) protocolVersion() string { return m.metaText[0] }
 
 // metaString is the text of one of the metaStrings fields of _meta.
 func (m *edgeMessage) metaString(field string) string {
@@ -361,7 +363,6 @@ func parseEdge(body []byte) (edgeMessage, int, string) {
 		}
 		out.metaText[i] = s
 	}
-	out.protocolVersion = out.metaText[0]
 	if v, ok := meta[metaClientCapabilities]; ok && (len(v) == 0 || v[0] != '{') {
 		return out, rpcInvalidParams, fmt.Sprintf("invalid params: _meta[%q] must be an object, not %s; nothing was executed", metaClientCapabilities, kindOf(v))
 	}
@@ -422,6 +423,7 @@ func tooDeep(b []byte) bool {
 
 // metaStrings are the _meta fields airlock reads as text; the protocol
 // version first (parseEdge reads it from there).
+// The protocol version comes first: edgeMessage.protocolVersion reads it there.
 var metaStrings = [...]string{MetaProtocolVersion, MetaRun, MetaCallID, metaTraceParent, metaTraceState}
 
 const metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
