@@ -83,8 +83,8 @@ func TestTaskWaitBacksOffByTheClockAndWakesOnAChange(t *testing.T) {
 		}
 		clock.Advance(delay - time.Millisecond)
 		select {
-		case <-done:
-			t.Fatalf("the wait of %v ended before its time", delay)
+		case err := <-done:
+			t.Fatalf("the wait of %v ended before its time (%v)", delay, err)
 		default:
 		}
 		clock.Advance(time.Millisecond)
