@@ -55,6 +55,10 @@ func schemaFixture(t *testing.T, path string, upTo int) {
 		exec(`INSERT INTO airlock_plans (id, key, tool, status, rule, decision, args, decision_hash, run_id, created_at, updated_at, expires_at)
 			VALUES ('pl_old', 'k-old', 'approve_withdrawal', 'awaiting_approval', 'everything_else', 'human', '{"record_id":"WD-OLD"}', 'h-old', 'run-old', ?, ?, ?)`,
 			now, now, now+int64(time.Hour/time.Microsecond))
+		// Its planned event names the agent that proposed it, as that
+		// release wrote it (0015 fills proposed_by from it).
+		exec(`INSERT INTO airlock_audit (at, kind, run_id, key, tool, args, actor, plan_id, rule, decision_hash)
+			VALUES (?, 'planned', 'run-old', 'k-old', 'approve_withdrawal', '{"record_id":"WD-OLD"}', 'agent-old', 'pl_old', 'everything_else', 'h-old')`, now)
 	}
 }
 
@@ -70,7 +74,7 @@ func TestUpgradeFromThePreviousSchema(t *testing.T) {
 
 	r := runCLI(t, "migrate", "--status", "--db", dsn)
 	if r.code != 0 || !strings.Contains(r.stdout, "0013_tasks") || !regexpMatch(`0014_approvals\s+pending`, r.stdout) ||
-		!strings.Contains(r.stdout, fmt.Sprintf("schema version %d of 14", previousSchema)) {
+		!strings.Contains(r.stdout, fmt.Sprintf("schema version %d of 15", previousSchema)) {
 		t.Fatalf("migrate --status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, "migrate", "--dry-run", "--db", dsn)
@@ -90,7 +94,7 @@ func TestUpgradeFromThePreviousSchema(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	p, err := s.GetPlan(ctx, "pl_old")
-	if err != nil || p.ApprovalsRequiredOr() != 1 || len(p.Approvals) != 0 || p.ProposedBy != "" {
+	if err != nil || p.ApprovalsRequiredOr() != 1 || len(p.Approvals) != 0 || p.ProposedBy != "agent-old" {
 		t.Fatalf("the previous release's plan after the upgrade: %+v %v", p, err)
 	}
 	got, err := s.DecidePlan(ctx, &airlock.PlanDecision{ID: p.ID, Approve: true, By: "alice", Role: airlock.RoleApprover, Reason: "checked",
@@ -100,10 +104,10 @@ func TestUpgradeFromThePreviousSchema(t *testing.T) {
 	}
 
 	future := filepath.Join(t.TempDir(), "future.db")
-	schemaFixture(t, future, 15)
+	schemaFixture(t, future, 16)
 	for _, args := range [][]string{{"migrate", "--db", "sqlite:" + future}, {"migrate", "--status", "--db", "sqlite:" + future}} {
 		r := runCLI(t, args...)
-		if r.code == 0 || !strings.Contains(r.stderr, "schema version 15, newer than this airlock (14)") {
+		if r.code == 0 || !strings.Contains(r.stderr, "schema version 16, newer than this airlock (15)") {
 			t.Fatalf("airlock %s on a newer schema: exit %d %s", strings.Join(args, " "), r.code, r.stderr)
 		}
 	}
@@ -159,9 +163,19 @@ func TestRollingUpgrade(t *testing.T) {
 	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != previousSchema {
 		t.Fatalf("the previous release migrated to %d (%v), want %d", v, err, previousSchema)
 	}
+	// A plan the previous release proposed: its row has no proposer (0014
+	// added the column), its planned event names the agent.
+	status, proposed, err := tryAPICall("POST", old.url()+"/v1/calls", agentToken, `{"tool":"plan_approve_withdrawal","args":{"record_id":"RU-PLAN"}}`)
+	oldPlan, _ := proposed["plan"].(map[string]any)
+	if err != nil || status != 200 || oldPlan["id"] == nil {
+		t.Fatalf("a plan proposed to the previous release: %d %v %v", status, proposed, err)
+	}
 	upgraded := serve(t, config, dsn)
-	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != 14 {
-		t.Fatalf("the new binary migrated to %d (%v), want 14", v, err)
+	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != 15 {
+		t.Fatalf("the new binary migrated to %d (%v), want 15", v, err)
+	}
+	if status, p, err := tryAPICall("GET", upgraded.url()+"/v1/plans/"+oldPlan["id"].(string), approverToken, ""); err != nil || status != 200 || p["proposed_by"] != "agent-1" {
+		t.Fatalf("the previous release's plan after 0015: %d %v %v; want proposed_by agent-1, from its planned event", status, p, err)
 	}
 	const works = 20
 	var wg sync.WaitGroup
