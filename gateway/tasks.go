@@ -472,7 +472,7 @@ func (g *Gateway) tasksResult(ctx context.Context, ss *mcp.ServerSession, p *tas
 		return nil, err
 	}
 	w := g.newTaskWait(ctx, t)
-	defer w.stop()
+	defer w.close()
 	for {
 		v, err := g.viewTask(ctx, t)
 		if err != nil {
@@ -537,6 +537,10 @@ func (g *Gateway) newTaskWait(ctx context.Context, t *airlock.Task) *taskWait {
 	return w
 }
 
+// close ends the wait for a change that is listened for now (next
+// replaces it after each change).
+func (w *taskWait) close() { w.stop() }
+
 // next returns when the work may have moved, or with the context's error.
 func (w *taskWait) next(ctx context.Context) error {
 	timer := w.clock.NewTimer(w.every)
@@ -596,8 +600,8 @@ const messageCannotStop = "Cancellation was asked, but this call's side effect h
 const messageNotProposer = "Cancellation was asked, but this plan was proposed by another principal, and only its proposer can withdraw it: it still waits for a person."
 
 // tasksCancel withdraws a plan that still waits for a person, on its
-// proposer's word; a call
-// under way, or a plan already approved, goes on (the answer says so).
+// proposer's word; a call under way, or a plan already approved, goes on
+// (the answer says so).
 func (g *Gateway) tasksCancel(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*rawResult, error) {
 	flavor, t, err := g.taskRequest(ctx, "tasks/cancel", ss, p)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,11 +95,13 @@ func TestTaskWaitBacksOffByTheClockAndWakesOnAChange(t *testing.T) {
 	}
 
 	changes := make(chan chan struct{}, 2)
+	var listening atomic.Int32 // waits registered and not stopped
 	w = &taskWait{clock: clock, every: time.Hour, most: time.Hour, stop: func() {}}
 	w.rearm = func() (<-chan struct{}, func()) {
 		ch := make(chan struct{})
 		changes <- ch
-		return ch, func() {}
+		listening.Add(1)
+		return ch, func() { listening.Add(-1) }
 	}
 	w.changed, w.stop = w.rearm()
 	close(<-changes)
@@ -113,5 +116,10 @@ func TestTaskWaitBacksOffByTheClockAndWakesOnAChange(t *testing.T) {
 	cancel()
 	if err := w.next(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a wait whose context ended: %v", err)
+	}
+	// Closing stops the wait registered last, not the first one's stop.
+	w.close()
+	if n := listening.Load(); n != 0 {
+		t.Fatalf("%d waits still registered after close", n)
 	}
 }
