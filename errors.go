@@ -90,6 +90,13 @@ var (
 	ErrNotCallable       = &Error{Code: CodeNotCallable}
 )
 
+// ErrNotProposer refuses a plan's withdrawal asked by another principal
+// than its proposer (another principal doing the same work shares the
+// plan; a plan with no proposer kept is withdrawn by nobody). It is
+// forbidden: errors.Is(ErrNotProposer, ErrForbidden).
+var ErrNotProposer = &Error{Code: CodeForbidden, Field: "plan_id",
+	Message: "only the plan's proposer may withdraw it: it was proposed by another principal, and it still waits for a person"}
+
 // Errorf makes an *Error with the given code and a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}

@@ -422,8 +422,7 @@ func tooDeep(b []byte) bool {
 }
 
 // metaStrings are the _meta fields airlock reads as text; the protocol
-// version first (parseEdge reads it from there).
-// The protocol version comes first: edgeMessage.protocolVersion reads it there.
+// version first (edgeMessage.protocolVersion reads it from there).
 var metaStrings = [...]string{MetaProtocolVersion, MetaRun, MetaCallID, metaTraceParent, metaTraceState}
 
 const metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"

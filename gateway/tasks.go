@@ -618,14 +618,15 @@ func (g *Gateway) tasksCancel(ctx context.Context, ss *mcp.ServerSession, p *tas
 			return nil, taskRPCError(rpcInvalidParams, "Cannot cancel task %s: it is already %s", t.ID, v.status)
 		}
 		note = "The task had already ended (" + v.status + "); nothing was changed."
-	case v.plan != nil && v.plan.Status == airlock.PlanAwaitingApproval && v.plan.ProposedBy != airlock.ActorOr(t.Principal):
-		// Another principal doing the same work has a task of its own for
-		// the plan; withdrawing is its proposer's word alone (a plan made
-		// before proposers were kept has none, so nobody withdraws it).
-		note = messageNotProposer
-		v.message = messageNotProposer
 	case v.plan != nil && v.plan.Status == airlock.PlanAwaitingApproval:
-		if _, _, err := g.plans.Withdraw(airlock.WithActor(ctx, t.Principal), t.PlanID, airlock.ActorOr(t.Principal)); err != nil {
+		_, _, err := g.plans.Withdraw(airlock.WithActor(ctx, t.Principal), t.PlanID, airlock.ActorOr(t.Principal))
+		if errors.Is(err, airlock.ErrNotProposer) {
+			// Another principal doing the same work has a task of its own
+			// for the plan; withdrawing it is its proposer's word alone.
+			note, v.message = messageNotProposer, messageNotProposer
+			break
+		}
+		if err != nil {
 			return nil, err
 		}
 		if v, err = g.viewTask(ctx, t); err != nil {

@@ -246,7 +246,7 @@ func TestSignInFormsAndPlans(t *testing.T) {
 	srv := httptest.NewServer(page.Handler())
 	t.Cleanup(srv.Close)
 	args, _ := airlock.NewArgs([]byte(`{"record_id":"WD-1"}`))
-	p, _, err := plans.Propose(ctx, m.Tool("pay"), args, "run-1")
+	p, _, err := plans.Propose(airlock.WithActor(ctx, "bot"), m.Tool("pay"), args, "run-1")
 	if err != nil {
 		t.Fatal(err)
 	}

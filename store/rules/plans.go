@@ -171,8 +171,20 @@ func SetPlanStatus(ctx context.Context, x PlanRows, p *airlock.SetPlanStatusPara
 
 // WithdrawPlan withdraws an awaiting plan on its proposer's word, audited
 // with the proposer as actor. False, with the plan as it is, when it no
-// longer awaited approval; ErrNotFound when there is no such plan.
+// longer awaited approval; ErrNotProposer, with the plan unchanged, when
+// p.By did not propose it (another principal doing the same work shares
+// the plan, decision 70); ErrNotFound when there is no such plan.
 func WithdrawPlan(ctx context.Context, x PlanRows, p *airlock.WithdrawPlanParams) (*airlock.Plan, bool, error) {
+	cur, err := x.PlanByID(ctx, p.ID) // the row locked: decisions take turns with it
+	if err != nil {
+		return nil, false, err
+	}
+	if cur.Status != airlock.PlanAwaitingApproval {
+		return cur, false, nil
+	}
+	if cur.ProposedBy != p.By {
+		return cur, false, airlock.ErrNotProposer
+	}
 	plan, err := x.MarkPlanWithdrawn(ctx, p)
 	if errors.Is(err, airlock.ErrNotFound) {
 		plan, err = x.PlanByID(ctx, p.ID)

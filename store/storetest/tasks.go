@@ -166,9 +166,17 @@ func RunTasks(t *testing.T, newStore NewStore) {
 	t.Run("WithdrawPlan", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		p, _, err := s.CreatePlan(ctx, newPlan(Key("w"), airlock.PlanAwaitingApproval, now))
+		proposed := newPlan(Key("w"), airlock.PlanAwaitingApproval, now)
+		proposed.ProposedBy = "agent-a"
+		p, _, err := s.CreatePlan(ctx, proposed)
 		must(t, err)
 		at := now.Add(time.Minute)
+		// Only its proposer withdraws it: another principal sharing the
+		// work is refused, and the plan still waits (decision 70).
+		other, ok, err := s.WithdrawPlan(ctx, &airlock.WithdrawPlanParams{ID: p.ID, By: "agent-b", Reason: "not mine", At: at})
+		if !errors.Is(err, airlock.ErrNotProposer) || !errors.Is(err, airlock.ErrForbidden) || ok || other.Status != airlock.PlanAwaitingApproval {
+			t.Fatalf("withdrawn by another principal: %v %v %+v", err, ok, other)
+		}
 		got, ok, err := s.WithdrawPlan(ctx, &airlock.WithdrawPlanParams{ID: p.ID, By: "agent-a", Reason: "withdrawn by its proposer", At: at})
 		must(t, err)
 		if !ok || got.Status != airlock.PlanWithdrawn || got.DecidedBy != "agent-a" || !got.DecidedAt.Equal(at) || !got.Status.Final() {
