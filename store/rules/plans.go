@@ -186,10 +186,6 @@ func WithdrawPlan(ctx context.Context, x PlanRows, p *airlock.WithdrawPlanParams
 		return cur, false, airlock.ErrNotProposer
 	}
 	plan, err := x.MarkPlanWithdrawn(ctx, p)
-	if errors.Is(err, airlock.ErrNotFound) {
-		plan, err = x.PlanByID(ctx, p.ID)
-		return plan, false, err
-	}
 	if err != nil {
 		return nil, false, err
 	}
