@@ -13,7 +13,7 @@ Usage: go tool pprof -traces BINARY PROFILE > traces.txt
   --top N also lists the N functions of airlock's own code whose samples
   make its share (the frame each sample is counted at).
   e.g. airlock bench --through mcp --cpuprofile mcp.prof … (the profile of the
-       named path's run only), then the two commands above.
+       named path's runs only, its rounds merged), then the two commands above.
 """
 import re
 import sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One profiled run of the MCP path against its peer: airlock's own share of
+# One profiled run of the MCP path against its peer (every round of the path profiled): airlock's own share of
 # the CPU (scripts/cpu-owners.py) and its rate against the peer's.
 # Usage: scripts/mcp-share.sh AIRLOCK_BINARY TAG [mcp|mcp-stateless] [CALLS] [pg|sqlite]
 # ROUNDS=N (default 1) measures the path and its peer N times, alternated;

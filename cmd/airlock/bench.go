@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -38,7 +40,7 @@ func cmdBench(e *env, args []string) int {
 	compareAudit := fs.Bool("compare-audit", false, "also run the workload without audit events and metrics, and report the cost of having them")
 	rounds := fs.Int("rounds", 1, "--compare-tracing: rounds of off, on, on, off; the cost is the median of the rounds' (1 to 20). --through mcp or mcp-stateless: rounds of the path and its peer, in alternating order; vs_peer_mcp is the median of the rounds' ratios")
 	compareTracing := fs.Bool("compare-tracing", false, "run the --through path (default http) with OpenTelemetry tracing off and on (every span sampled, OTLP/HTTP to a collector on loopback), and report the cost")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with --through, of the named path's run only, not of the paths it is held against)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with --through, of the named path's runs only, every round of it merged into one profile, not of the paths it is held against)")
 	memProfile := fs.String("memprofile", "", "with --through: write a profile of the allocations of the named path's run to this file (go tool pprof -sample_index=alloc_space)")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -196,24 +198,26 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string, rounds int,
 			return fail(e, "%v", err)
 		}
 	}
-	stop := func() {}
+	// The CPU profile covers each round of the named path, not the
+	// paths it is held against: one round's samples (about a hundred in
+	// airlock's own code) move more than the share they measure.
+	var cpu cpuRounds
+	named := measure
 	if cpuProfile != "" {
-		// Only the named path's run: the others are its yardsticks.
+		// Created now, so that a path that cannot be written fails
+		// before the run rather than after it.
 		f, err := os.Create(cpuProfile)
 		if err != nil {
 			return fail(e, "--cpuprofile: %v", err)
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fail(e, "--cpuprofile: %v", err)
-		}
-		stop = pprof.StopCPUProfile
+		cpu.out = f
+		named = cpu.profiled(path, measure)
 	}
 	if memProfile != "" {
 		runtime.MemProfileRate = memRate
 	}
-	res, err := measure(path)
-	stop()
+	res, err := named(path)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
@@ -234,7 +238,7 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string, rounds int,
 		res.VsPeerMCP = ratio(res.CallsPerS, peer.CallsPerS)
 		res.OK = res.OK && peer.OK
 		if rounds > 1 {
-			if err := peerRounds(&res, rounds, path, measure); err != nil {
+			if err := peerRounds(&res, rounds, path, named); err != nil {
 				return fail(e, "%v", err)
 			}
 		}
@@ -246,6 +250,11 @@ func benchThrough(e *env, dsn string, cfg bench.Config, path string, rounds int,
 		res.OK = res.OK && core.OK // direct is the unprotected call; its repeats execute again
 	}
 	th.Close()
+	if cpuProfile != "" {
+		if err := cpu.write(); err != nil {
+			return fail(e, "--cpuprofile: %v", err)
+		}
+	}
 	lost := th.AuditLost()
 	res.AuditLost = &lost
 	res.OK = res.OK && lost == 0
@@ -511,4 +520,56 @@ func writeAllocs(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// cpuRounds profiles the rounds of one path and merges them into one
+// profile.
+type cpuRounds struct {
+	out    *os.File
+	buf    bytes.Buffer
+	rounds []*profile.Profile
+}
+
+// profiled is measure with each run of path profiled.
+func (c *cpuRounds) profiled(path string, measure func(string) (bench.Result, error)) func(string) (bench.Result, error) {
+	return func(p string) (bench.Result, error) {
+		if p != path {
+			return measure(p)
+		}
+		if err := c.start(); err != nil {
+			return bench.Result{}, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		res, err := measure(p)
+		if perr := c.stop(); err == nil && perr != nil {
+			err = fmt.Errorf("--cpuprofile: %w", perr)
+		}
+		return res, err
+	}
+}
+
+func (c *cpuRounds) start() error {
+	c.buf.Reset()
+	return pprof.StartCPUProfile(&c.buf)
+}
+
+func (c *cpuRounds) stop() error {
+	pprof.StopCPUProfile()
+	p, err := profile.Parse(&c.buf)
+	if err != nil {
+		return err
+	}
+	c.rounds = append(c.rounds, p)
+	return nil
+}
+
+// write writes the rounds' profiles, merged into one.
+func (c *cpuRounds) write() error {
+	merged, err := profile.Merge(c.rounds)
+	if err != nil {
+		return err
+	}
+	if err := merged.Write(c.out); err != nil {
+		return err
+	}
+	return c.out.Close()
 }

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"testing"
+
+	"github.com/google/pprof/profile"
 
 	"github.com/airlockhq/airlock/internal/bench"
 )
@@ -34,5 +40,61 @@ func TestPeerRoundsAlternateAndPairTheSides(t *testing.T) {
 	}
 	if *res.VsPeerMCP != 2 || res.CallsPerS != 350 || res.PeerMCPCallsPerS != 150 {
 		t.Fatalf("medians: vs %v, calls/s %v, peer %v", *res.VsPeerMCP, res.CallsPerS, res.PeerMCPCallsPerS)
+	}
+}
+
+// --cpuprofile covers every round of the named path and none of its
+// peer's: the profiler is on exactly while the path runs, and the rounds'
+// profiles are merged into one file.
+func TestCPUProfileCoversEachRoundOfThePath(t *testing.T) {
+	// Not parallel: the CPU profiler is one per process.
+	path, peer := bench.ThroughMCP, bench.PeerFor(bench.ThroughMCP)
+	f, err := os.Create(filepath.Join(t.TempDir(), "cpu.prof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cpuRounds{out: f}
+	profiling := map[string][]bool{}
+	measure := c.profiled(path, func(p string) (bench.Result, error) {
+		// StartCPUProfile fails while a profile is being written.
+		on := pprof.StartCPUProfile(io.Discard) != nil
+		if !on {
+			pprof.StopCPUProfile()
+		}
+		profiling[p] = append(profiling[p], on)
+		return bench.Result{OK: true, CallsPerS: 1}, nil
+	})
+	vs := 1.0
+	res := bench.Result{OK: true, CallsPerS: 1, PeerMCPCallsPerS: 1, VsPeerMCP: &vs}
+	if _, err := measure(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := peerRounds(&res, 3, path, measure); err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, true}; !slices.Equal(profiling[path], want) {
+		t.Fatalf("profiling while the path ran: %v, want %v", profiling[path], want)
+	}
+	if want := []bool{false, false}; !slices.Equal(profiling[peer], want) {
+		t.Fatalf("profiling while the peer ran: %v, want %v", profiling[peer], want)
+	}
+	if err := c.write(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	merged, err := profile.Parse(r)
+	if err != nil {
+		t.Fatalf("the merged profile does not parse: %v", err)
+	}
+	var sum int64
+	for _, p := range c.rounds {
+		sum += p.DurationNanos
+	}
+	if len(c.rounds) != 3 || merged.DurationNanos != sum {
+		t.Fatalf("%d rounds profiled, merged duration %d, want 3 rounds and their sum %d", len(c.rounds), merged.DurationNanos, sum)
 	}
 }
