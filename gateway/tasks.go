@@ -521,37 +521,46 @@ type taskWait struct {
 	clock   clockwork.Clock
 	every   time.Duration // the next re-read's delay
 	most    time.Duration // the longest delay
-	changed <-chan struct{}
-	rearm   func() (<-chan struct{}, func())
-	stop    func()
+	changes recordChanges // a call's record; nil for a plan
+}
+
+// recordChanges is a record's changes (*guard.RecordWatch).
+type recordChanges interface {
+	C() <-chan struct{}
+	Rearm()
+	Stop()
 }
 
 func (g *Gateway) newTaskWait(ctx context.Context, t *airlock.Task) *taskWait {
-	w := &taskWait{clock: g.clock, every: taskPollFirst, most: taskPollMost, stop: func() {}}
+	w := &taskWait{clock: g.clock, every: taskPollFirst, most: taskPollMost}
 	if t.PlanID == "" && g.guard != nil {
-		key := t.RecordKey
-		w.rearm = func() (<-chan struct{}, func()) { return g.guard.Changed(ctx, key) }
-		w.changed, w.stop = w.rearm()
+		w.changes = g.guard.Watch(ctx, t.RecordKey)
 		w.every, w.most = g.guard.PollInterval(), g.guard.PollInterval()
 	}
 	return w
 }
 
-// close ends the wait for a change that is listened for now (next
-// replaces it after each change).
-func (w *taskWait) close() { w.stop() }
+// close ends the wait for the record's change.
+func (w *taskWait) close() {
+	if w.changes != nil {
+		w.changes.Stop()
+	}
+}
 
 // next returns when the work may have moved, or with the context's error.
 func (w *taskWait) next(ctx context.Context) error {
 	timer := w.clock.NewTimer(w.every)
 	defer timer.Stop()
 	w.every = min(2*w.every, w.most)
+	var changed <-chan struct{} // none for a plan: never ready
+	if w.changes != nil {
+		changed = w.changes.C()
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-w.changed:
-		w.stop()
-		w.changed, w.stop = w.rearm()
+	case <-changed:
+		w.changes.Rearm()
 	case <-timer.Chan():
 	}
 	return nil

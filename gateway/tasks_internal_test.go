@@ -5,7 +5,6 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,7 +74,7 @@ func TestTaskWaitBacksOffByTheClockAndWakesOnAChange(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w := &taskWait{clock: clock, every: taskPollFirst, most: taskPollMost, stop: func() {}}
+	w := &taskWait{clock: clock, every: taskPollFirst, most: taskPollMost}
 	for _, delay := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second} {
 		done := make(chan error, 1)
 		go func() { done <- w.next(ctx) }()
@@ -94,22 +93,15 @@ func TestTaskWaitBacksOffByTheClockAndWakesOnAChange(t *testing.T) {
 		}
 	}
 
-	changes := make(chan chan struct{}, 2)
-	var listening atomic.Int32 // waits registered and not stopped
-	w = &taskWait{clock: clock, every: time.Hour, most: time.Hour, stop: func() {}}
-	w.rearm = func() (<-chan struct{}, func()) {
-		ch := make(chan struct{})
-		changes <- ch
-		listening.Add(1)
-		return ch, func() { listening.Add(-1) }
-	}
-	w.changed, w.stop = w.rearm()
-	close(<-changes)
+	changes := &fakeChanges{registered: make(chan chan struct{}, 2)}
+	changes.Rearm()
+	w = &taskWait{clock: clock, every: time.Hour, most: time.Hour, changes: changes}
+	close(<-changes.registered)
 	if err := w.next(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-changes: // listening again for the next change
+	case <-changes.registered: // listening again for the next change
 	default:
 		t.Fatal("the wait did not listen again after a change")
 	}
@@ -119,7 +111,28 @@ func TestTaskWaitBacksOffByTheClockAndWakesOnAChange(t *testing.T) {
 	}
 	// Closing stops the wait registered last, not the first one's stop.
 	w.close()
-	if n := listening.Load(); n != 0 {
+	if n := changes.listening; n != 0 {
 		t.Fatalf("%d waits still registered after close", n)
 	}
 }
+
+// fakeChanges stands in for a record's watch: each registration is sent
+// on registered, for the test to close.
+type fakeChanges struct {
+	registered chan chan struct{}
+	c          chan struct{}
+	listening  int // registrations not stopped
+}
+
+func (f *fakeChanges) C() <-chan struct{} { return f.c }
+
+func (f *fakeChanges) Rearm() {
+	if f.c != nil {
+		f.Stop()
+	}
+	f.c = make(chan struct{})
+	f.registered <- f.c
+	f.listening++
+}
+
+func (f *fakeChanges) Stop() { f.listening-- }

@@ -691,8 +691,8 @@ var errReleased = errors.New("airlock: the first call was released")
 // giveUp). It returns the record as it then is; a record released
 // meanwhile (never sent) reads as in progress.
 func (g *Guard) waitFinal(ctx context.Context, giveUp <-chan struct{}, key string, wait time.Duration, deadline time.Time) (*airlock.Record, error) {
-	ch, cancel := g.hub.wait(key)
-	defer cancel()
+	changes := g.Watch(ctx, key)
+	defer changes.Stop() // the wait registered last, after each Rearm
 	end := g.clock.Now().Add(wait)
 	if !deadline.IsZero() && deadline.Before(end) {
 		end = deadline
@@ -701,10 +701,6 @@ func (g *Guard) waitFinal(ctx context.Context, giveUp <-chan struct{}, key strin
 	defer poll.Stop()
 	timeout := g.clock.NewTimer(g.clock.Until(end))
 	defer timeout.Stop()
-	if err := g.store.Watch(ctx, key); err != nil {
-		// Polling still finds the result; only the wake-up is lost.
-		g.log.Warn("airlock: watching a running record failed; polling instead", "key", key, "err", err)
-	}
 	var last *airlock.Record
 	for {
 		rec, err := g.get(ctx, key)
@@ -721,8 +717,8 @@ func (g *Guard) waitFinal(ctx context.Context, giveUp <-chan struct{}, key strin
 		}
 		last = rec
 		select {
-		case <-ch:
-			ch, cancel = g.rearm(key, cancel)
+		case <-changes.C():
+			changes.Rearm()
 		case <-poll.Chan():
 		case <-timeout.Chan():
 			return rec, nil
@@ -734,27 +730,23 @@ func (g *Guard) waitFinal(ctx context.Context, giveUp <-chan struct{}, key strin
 	}
 }
 
-// Changed returns a channel closed when the record of key may have moved
-// (completed, reaped, settled, released) in this process or, through the
-// store's notifications, in another; stop ends the wait. A record changed
-// by what the store does not announce is found by re-reading it every
-// PollInterval. The channel is closed once: wait again for the next change.
-func (g *Guard) Changed(ctx context.Context, key string) (changed <-chan struct{}, stop func()) {
-	changed, stop = g.hub.wait(key)
+// Watch waits for the record of key to move (completed, reaped, settled,
+// released) in this process or, through the store's notifications, in
+// another: the watch's channel closes at each change, and the store is
+// asked once to announce them. A record changed by what the store does not
+// announce is found by re-reading it every PollInterval.
+func (g *Guard) Watch(ctx context.Context, key string) *RecordWatch {
+	w := g.hub.watch(key) // before the store is asked: no change falls between
 	if err := g.store.Watch(ctx, key); err != nil {
-		g.log.Warn("airlock: watching a record failed; polling instead", "key", key, "err", err)
+		// Polling still finds the result; only the wake-up is lost.
+		g.log.Warn("airlock: watching a running record failed; polling instead", "key", key, "err", err)
 	}
-	return changed, stop
+	return w
 }
 
 // PollInterval is how often a waiter for a record's change re-reads it
 // (the store's).
 func (g *Guard) PollInterval() time.Duration { return g.store.PollInterval() }
-
-func (g *Guard) rearm(key string, cancel func()) (<-chan struct{}, func()) {
-	cancel()
-	return g.hub.wait(key)
-}
 
 func (g *Guard) get(ctx context.Context, key string) (*airlock.Record, error) {
 	if rec := g.cache.get(key); rec != nil {

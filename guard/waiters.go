@@ -43,3 +43,31 @@ func (h *hub) notify(key string) {
 		close(ch)
 	}
 }
+
+// RecordWatch is a wait for a record's changes (Guard.Watch): C is closed
+// at the next change; Rearm, after it closed, waits for the one after;
+// Stop ends the wait registered last.
+type RecordWatch struct {
+	hub    *hub
+	key    string
+	c      <-chan struct{}
+	cancel func()
+}
+
+func (h *hub) watch(key string) *RecordWatch {
+	w := &RecordWatch{hub: h, key: key}
+	w.c, w.cancel = h.wait(key)
+	return w
+}
+
+// C is closed when the record may have moved.
+func (w *RecordWatch) C() <-chan struct{} { return w.c }
+
+// Rearm waits for the next change, once C has closed.
+func (w *RecordWatch) Rearm() {
+	w.cancel()
+	w.c, w.cancel = w.hub.wait(w.key)
+}
+
+// Stop ends the wait.
+func (w *RecordWatch) Stop() { w.cancel() }

@@ -214,6 +214,11 @@ const (
 // Call records one agent call's answer (or error); a call to a tool nobody
 // configured (kind UnknownKind) is counted under tool UnknownTool.
 func (m *Metrics) Call(tool string, kind airlock.ToolKind, a *airlock.Answer, err error) {
+	if kind == UnknownKind {
+		// A tool nobody configured is named by the caller: one series for
+		// all of them, or a caller could add series without end.
+		tool = UnknownTool
+	}
 	outcome := "error"
 	switch {
 	case err != nil:
@@ -236,11 +241,6 @@ func (m *Metrics) Call(tool string, kind airlock.ToolKind, a *airlock.Answer, er
 		if a.Status == airlock.StatusInDoubt && !a.Repeat {
 			m.InDoubt.WithLabelValues(tool).Inc()
 		}
-	}
-	if kind == UnknownKind {
-		// A tool nobody configured is named by the caller: one series for
-		// all of them, or a caller could add series without end.
-		tool = UnknownTool
 	}
 	labels := [3]string{tool, string(kind), outcome}
 	series(&m.callSeries, labels, func() prometheus.Counter { return m.ToolCalls.WithLabelValues(labels[:]...) }).Inc()
