@@ -278,6 +278,9 @@ func (g *Gateway) mcpCallRequest(name string, args json.RawMessage, meta func(st
 // of a task once it completed (the same first result a repeat gets).
 func (g *Gateway) toolResult(r *route, a *airlock.Answer) *mcp.CallToolResult {
 	if up := upstreamResult(a); up != nil {
+		// The upstream's name for itself is not passed on: the agent's
+		// server is airlock.
+		up.Meta = dropServerInfo(up.Meta)
 		if r != nil && r.kind == routeRead {
 			// A read passes through as the MCP upstream gave it.
 			return up

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -129,8 +131,76 @@ func (p *passThrough) handle(ctx context.Context, method string, req mcp.Request
 	}
 	if err == nil {
 		cacheHints(res)
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		res = ownResult(res, newRevision(ss))
 	}
 	return res, true, err
+}
+
+// ownResult is an upstream's result as airlock answers it, in the agent's
+// revision whatever the upstream's: without the upstream's serverInfo
+// (the server the agent talks to is airlock; on 2026-07-28 the SDK names
+// it in its place) and, on 2026-07-28, with a resultType, which an
+// upstream on a session revision never sends and the SDK sets only on
+// its own handlers' reads and prompts (clients refuse a result without
+// it).
+func ownResult(res mcp.Result, modern bool) mcp.Result {
+	switch r := res.(type) {
+	case *mcp.ReadResourceResult:
+		r.Meta = dropServerInfo(r.Meta)
+		if modern && !r.NeedsInput() {
+			return withResultType(r, "complete")
+		}
+	case *mcp.GetPromptResult:
+		r.Meta = dropServerInfo(r.Meta)
+		if modern && !r.NeedsInput() {
+			return withResultType(r, "complete")
+		}
+	case *mcp.CompleteResult:
+		r.Meta = dropServerInfo(r.Meta)
+	}
+	return res
+}
+
+// dropServerInfo is an upstream's _meta without the upstream's name for
+// itself.
+func dropServerInfo(m mcp.Meta) mcp.Meta {
+	if _, ok := m[mcp.MetaKeyServerInfo]; !ok {
+		return m
+	}
+	out := maps.Clone(m)
+	delete(out, mcp.MetaKeyServerInfo)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// withResultType is res saying resultType rt. The SDK keeps the field
+// unexported and reads it from JSON, so it is set through JSON (only
+// reads and prompts passed through pay for it); res as it is if that
+// fails, which a result the SDK decoded cannot.
+func withResultType[T any, P interface {
+	*T
+	mcp.Result
+}](res P, rt string) mcp.Result {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return res
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return res
+	}
+	fields["resultType"], _ = json.Marshal(rt)
+	if b, err = json.Marshal(fields); err != nil {
+		return res
+	}
+	out := P(new(T))
+	if err := json.Unmarshal(b, out); err != nil {
+		return res
+	}
+	return out
 }
 
 // forwardMeta is the agent's _meta as it may go on to an upstream: without

@@ -38,6 +38,14 @@ auth:
 // prompt, each marked with the server's name.
 func contentServer(t *testing.T, name, uri string) string {
 	t.Helper()
+	s := contentMCPServer(name, uri)
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// contentMCPServer is contentServer's MCP server.
+func contentMCPServer(name, uri string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: name, Version: "v1"}, nil)
 	s.AddResource(&mcp.Resource{URI: uri, Name: "readme", MIMEType: "text/plain"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "from " + name}}}, nil
@@ -51,9 +59,7 @@ func contentServer(t *testing.T, name, uri string) string {
 	s.AddTool(&mcp.Tool{Name: "lookup", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
 	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return s
 }
 
 func setupResources(t *testing.T, manifestText string, replace ...string) *mcp.ClientSession {
