@@ -225,7 +225,7 @@ func e2eManifest(t *testing.T, paymentsURL, notesCmd, notesURL string, extra str
 `
 	}
 	if notesURL != "" {
-		ups += fmt.Sprintf("  notes_http: {mcp: {url: %q}}\n", notesURL)
+		ups += fmt.Sprintf("  notes_http: {mcp: {url: %q, resources: true, prompts: true}}\n", notesURL)
 		tools += `
   - name: note_http
     kind: write

@@ -20,7 +20,11 @@ type interopReport struct {
 	} `json:"tools"`
 	Calls []json.RawMessage `json:"calls"`
 	Plan  json.RawMessage   `json:"plan"`
-	Error string            `json:"error"`
+	// The text of the resource notes://all and of the prompt
+	// summarize_notes, as the library hands them over (nil: not asked).
+	Resource *string `json:"resource"`
+	Prompt   *string `json:"prompt"`
+	Error    string  `json:"error"`
 }
 
 // interopCall is one call as a driver reports it: the structured content
@@ -36,6 +40,8 @@ type interopDriver struct {
 	// command is the driver for a transport ("http" or "stdio") and its
 	// arguments (interop/ documents them).
 	command func(args ...string) *exec.Cmd
+	// noPrompts: the library offers no way to get a prompt.
+	noPrompts bool
 }
 
 var (
@@ -73,7 +79,7 @@ func mcpgoDrivers(t *testing.T) []interopDriver {
 	var out []interopDriver
 	for _, release := range []string{"v1.6.0", "v1.2.1"} {
 		exe := mcpgoBuilt[release]
-		out = append(out, interopDriver{"mcp-go " + release, func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }})
+		out = append(out, interopDriver{name: "mcp-go " + release, command: func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }})
 	}
 	return out
 }
@@ -102,7 +108,7 @@ func gosdkDriver(t *testing.T) interopDriver {
 		t.Fatal(gosdkErr)
 	}
 	exe := gosdkBuilt
-	return interopDriver{"go-sdk v1.8.0", func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }}
+	return interopDriver{name: "go-sdk v1.8.0", command: func(args ...string) *exec.Cmd { return exec.Command(exe, args...) }}
 }
 
 // nodeDrivers are the Node client libraries interop/node/drive.mjs drives,
@@ -129,15 +135,18 @@ func nodeDrivers(t *testing.T) []interopDriver {
 		t.Fatal(err)
 	}
 	var out []interopDriver
-	for _, c := range []struct{ name, id string }{
-		{"@modelcontextprotocol/sdk 1.32.2", "sdk"},
-		{"@modelcontextprotocol/client 2.4.0", "client2"},
-		{"@ai-sdk/mcp 2.0.99 (ai 7.0.185)", "ai-sdk"},
-		{"@openai/agents 0.20.0", "openai"},
-		{"@langchain/mcp-adapters 1.1.4", "langchain"},
+	for _, c := range []struct {
+		name, id  string
+		noPrompts bool
+	}{
+		{"@modelcontextprotocol/sdk 1.32.2", "sdk", false},
+		{"@modelcontextprotocol/client 2.4.0", "client2", false},
+		{"@ai-sdk/mcp 2.0.99 (ai 7.0.185)", "ai-sdk", false},
+		{"@openai/agents 0.20.0", "openai", true},
+		{"@langchain/mcp-adapters 1.1.4", "langchain", false},
 	} {
 		id := c.id
-		out = append(out, interopDriver{c.name, func(args ...string) *exec.Cmd {
+		out = append(out, interopDriver{name: c.name, noPrompts: c.noPrompts, command: func(args ...string) *exec.Cmd {
 			return exec.Command(node, append([]string{script, id}, args...)...)
 		}})
 	}
@@ -147,12 +156,16 @@ func nodeDrivers(t *testing.T) []interopDriver {
 // Every current MCP client library, on its defaults, over streamable HTTP
 // against airlock serve and over stdio against airlock mcp: it connects,
 // lists the tools (no irreversible tool; a write's annotations), two
-// identical calls run once with the second marked a repeat, and a plan
-// waits for a person.
+// identical calls run once with the second marked a repeat, a plan waits
+// for a person, and a resource and a prompt of an MCP upstream on a
+// session revision (notes-mcp over HTTP: the go-sdk's server with
+// sessions) are read through airlock — on 2026-07-28 too, where clients
+// refuse a result that is not of that revision.
 func TestE2EInteropClients(t *testing.T) {
 	t.Parallel()
 	payments := startPayments(t)
-	config := e2eManifest(t, payments.url(), "", "", "")
+	notes := start(t, nil, bin(t, "notes-mcp"), "--http", "127.0.0.1:0")
+	config := e2eManifest(t, payments.url(), "", notes.url(), "")
 	srv := serve(t, config, "sqlite:"+filepath.Join(t.TempDir(), "airlock.db"))
 	drivers := append(append(mcpgoDrivers(t), gosdkDriver(t)), nodeDrivers(t)...)
 	for i, d := range drivers {
@@ -176,7 +189,7 @@ func TestE2EInteropClients(t *testing.T) {
 				if r.Error != "" {
 					t.Fatalf("%s over %s: %s\nstderr: %s", d.name, transport, r.Error, lastLine(stderr.String(), 2000))
 				}
-				checkInteropReport(t, &r)
+				checkInteropReport(t, &r, record, d.noPrompts)
 				if s := stats(t, payments); len(s.Notes[record]) != 1 {
 					t.Errorf("the payments service saw %d notes for %s, want 1", len(s.Notes[record]), record)
 				}
@@ -189,8 +202,19 @@ func TestE2EInteropClients(t *testing.T) {
 	}
 }
 
-func checkInteropReport(t *testing.T, r *interopReport) {
+func checkInteropReport(t *testing.T, r *interopReport, record string, noPrompts bool) {
 	t.Helper()
+	if r.Resource == nil || !strings.Contains(*r.Resource, `"notes"`) {
+		t.Errorf("the resource notes://all as the library handed it over: %v", deref(r.Resource))
+	}
+	switch want := "Summarize the notes of record " + record + "."; {
+	case noPrompts:
+		if r.Prompt != nil {
+			t.Errorf("a library without prompts reported one: %q", *r.Prompt)
+		}
+	case r.Prompt == nil || *r.Prompt != want:
+		t.Errorf("the prompt summarize_notes as the library handed it over: %v, want %q", deref(r.Prompt), want)
+	}
 	names := map[string]map[string]any{}
 	for _, tool := range r.Tools {
 		names[tool.Name] = tool.Annotations
@@ -226,6 +250,14 @@ func checkInteropReport(t *testing.T, r *interopReport) {
 	if plan["status"] != "awaiting_approval" && !strings.Contains(p.Text, "awaiting_approval") {
 		t.Errorf("the plan does not wait for a person: %s", r.Plan)
 	}
+}
+
+// deref is *s, or "(nothing)".
+func deref(s *string) string {
+	if s == nil {
+		return "(nothing)"
+	}
+	return *s
 }
 
 func keys(m map[string]map[string]any) []string {

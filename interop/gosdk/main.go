@@ -1,9 +1,10 @@
 // Command gosdk drives airlock with the official Go SDK
 // (github.com/modelcontextprotocol/go-sdk, the version airlock's go.mod
 // pins) as its users would, on its defaults — over HTTP that is the SDK's
-// newest revision, 2026-07-28, without a session — and prints what it saw
-// as one JSON object for the interop test (cmd/airlock,
-// TestE2EInteropClients).
+// newest revision, 2026-07-28, without a session: it lists the tools,
+// calls a write twice, proposes a plan, reads the resource notes://all and
+// gets the prompt summarize_notes — and prints what it saw as one JSON
+// object for the interop test (cmd/airlock, TestE2EInteropClients).
 //
 //	gosdk http URL TOKEN RECORD
 //	gosdk stdio RECORD COMMAND [ARG...]   (the token comes from the environment)
@@ -26,6 +27,8 @@ type report struct {
 	Tools    []map[string]any `json:"tools"`
 	Calls    []call           `json:"calls"`
 	Plan     *call            `json:"plan"`
+	Resource string           `json:"resource"` // notes://all's text
+	Prompt   string           `json:"prompt"`   // summarize_notes's text
 	Error    string           `json:"error,omitempty"`
 }
 
@@ -117,5 +120,21 @@ func run(r *report) error {
 	}
 	plan := callOf(res)
 	r.Plan = &plan
+	read, err := s.ReadResource(ctx, &mcp.ReadResourceParams{URI: "notes://all"})
+	if err != nil {
+		return fmt.Errorf("resources/read: %w", err)
+	}
+	for _, c := range read.Contents {
+		r.Resource += c.Text
+	}
+	prompt, err := s.GetPrompt(ctx, &mcp.GetPromptParams{Name: "summarize_notes", Arguments: map[string]string{"record_id": record}})
+	if err != nil {
+		return fmt.Errorf("prompts/get: %w", err)
+	}
+	for _, m := range prompt.Messages {
+		if t, ok := m.Content.(*mcp.TextContent); ok {
+			r.Prompt += t.Text
+		}
+	}
 	return nil
 }

@@ -1,6 +1,8 @@
 // Command mcpgo drives airlock with mark3labs/mcp-go as its users would,
-// on its defaults, and prints what it saw as one JSON object for the
-// interop test (cmd/airlock, TestE2EInteropClients). It is built against
+// on its defaults — it lists the tools, calls a write twice, proposes a
+// plan, reads the resource notes://all and gets the prompt summarize_notes
+// — and prints what it saw as one JSON object for the interop test
+// (cmd/airlock, TestE2EInteropClients). It is built against
 // two releases: go.mod (the latest) and go.v1.2.1.mod (`go build
 // -modfile=go.v1.2.1.mod`).
 //
@@ -25,6 +27,8 @@ type report struct {
 	Tools    []map[string]any `json:"tools"`
 	Calls    []call           `json:"calls"`
 	Plan     *call            `json:"plan"`
+	Resource string           `json:"resource"` // notes://all's text
+	Prompt   string           `json:"prompt"`   // summarize_notes's text
 	Error    string           `json:"error,omitempty"`
 }
 
@@ -118,5 +122,23 @@ func run(r *report) error {
 	}
 	plan := callOf(res)
 	r.Plan = &plan
+	read, err := c.ReadResource(ctx, mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: "notes://all"}})
+	if err != nil {
+		return fmt.Errorf("resources/read: %w", err)
+	}
+	for _, content := range read.Contents {
+		if t, ok := content.(mcp.TextResourceContents); ok {
+			r.Resource += t.Text
+		}
+	}
+	prompt, err := c.GetPrompt(ctx, mcp.GetPromptRequest{Params: mcp.GetPromptParams{Name: "summarize_notes", Arguments: map[string]string{"record_id": record}}})
+	if err != nil {
+		return fmt.Errorf("prompts/get: %w", err)
+	}
+	for _, m := range prompt.Messages {
+		if t, ok := m.Content.(mcp.TextContent); ok {
+			r.Prompt += t.Text
+		}
+	}
 	return nil
 }

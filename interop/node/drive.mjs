@@ -8,8 +8,10 @@
 // CLIENT: sdk (@modelcontextprotocol/sdk 1.x), client2
 // (@modelcontextprotocol/client 2.x), ai-sdk (@ai-sdk/mcp), openai
 // (@openai/agents), langchain (@langchain/mcp-adapters). Each adapter
-// connects, lists the tools and calls one tool, nothing else: what a call
-// returns is reported as the library hands it to its user.
+// connects, lists the tools, calls one tool, reads the resource
+// notes://all and gets the prompt summarize_notes (record_id: RECORD),
+// nothing else: what each returns is reported as the library hands it to
+// its user. A library with no way to get a prompt reports prompt null.
 
 const [client, transport, ...rest] = process.argv.slice(2);
 let target;
@@ -31,6 +33,16 @@ function text(content) {
   return content.filter((c) => c && c.type === 'text').map((c) => c.text).join('\n');
 }
 
+// resourceText joins a resource's text contents.
+function resourceText(contents) {
+  return (contents ?? []).map((c) => c?.text ?? '').join('\n');
+}
+
+// promptText joins a prompt's messages' text.
+function promptText(res) {
+  return (res?.messages ?? []).map((m) => (m?.content?.type === 'text' ? m.content.text : '')).join('\n');
+}
+
 const adapters = {
   async sdk(t) {
     const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
@@ -46,6 +58,8 @@ const adapters = {
       protocol: c.transport?.protocolVersion ?? '',
       list: async () => (await c.listTools()).tools,
       call: async (name, args) => c.callTool({ name, arguments: args }),
+      read: async (uri) => resourceText((await c.readResource({ uri })).contents),
+      prompt: async (name, args) => promptText(await c.getPrompt({ name, arguments: args })),
       close: () => c.close(),
     };
   },
@@ -62,6 +76,8 @@ const adapters = {
       protocol: c.getNegotiatedProtocolVersion?.() ?? '',
       list: async () => (await c.listTools()).tools,
       call: async (name, args) => c.callTool({ name, arguments: args }),
+      read: async (uri) => resourceText((await c.readResource({ uri })).contents),
+      prompt: async (name, args) => promptText(await c.getPrompt({ name, arguments: args })),
       close: () => c.close(),
     };
   },
@@ -81,6 +97,8 @@ const adapters = {
       protocol: c.initializeResult?.protocolVersion ?? '',
       list: async () => (await c.listTools()).tools,
       call: async (name, args) => tools[name].execute(args, { toolCallId: `call-${name}`, messages: [] }),
+      read: async (uri) => resourceText((await c.readResource({ uri })).contents),
+      prompt: async (name, args) => promptText(await c.getPrompt({ name, arguments: args })),
       close: () => c.close(),
     };
   },
@@ -94,6 +112,8 @@ const adapters = {
       protocol: '',
       list: async () => s.listTools(),
       call: async (name, args) => ({ content: await s.callTool(name, args) }),
+      read: async (uri) => resourceText((await s.readResource(uri)).contents),
+      prompt: null, // the library has no prompts
       close: () => s.close(),
     };
   },
@@ -116,12 +136,15 @@ const adapters = {
         }
         return { content: out };
       },
+      read: async (uri) => resourceText(await c.readResource('airlock', uri)),
+      // Its documented way to prompts: the server's own client.
+      prompt: async (name, args) => promptText(await (await c.getClient('airlock')).getPrompt({ name, arguments: args })),
       close: () => c.close(),
     };
   },
 };
 
-const report = { tools: [], calls: [], plan: null };
+const report = { tools: [], calls: [], plan: null, resource: null, prompt: null };
 try {
   const a = await adapters[client](target);
   report.protocol = a.protocol;
@@ -135,6 +158,8 @@ try {
   }
   const plan = await a.call('plan_approve_withdrawal', { record_id: target.record });
   report.plan = { structured: plan?.structuredContent ?? null, text: text(plan?.content ?? plan) };
+  report.resource = await a.read('notes://all');
+  if (a.prompt) report.prompt = await a.prompt('summarize_notes', { record_id: target.record });
   await a.close();
 } catch (err) {
   report.error = String(err?.stack ?? err);

@@ -1,11 +1,15 @@
 // Command notes-mcp is a small MCP server for the example and the tests: a
-// notes service with add_note (a write) and list_notes (a read). It serves
-// stdio by default, or streamable HTTP with --http ADDR. It counts every
-// add_note it executes and remembers the idempotency key airlock sent.
+// notes service with add_note (a write) and list_notes (a read), the
+// resource notes://all (every note, as JSON) and the prompt
+// summarize_notes (record_id). It serves stdio by default, or streamable
+// HTTP with --http ADDR (with sessions, as most MCP servers serve today).
+// It counts every add_note it executes and remembers the idempotency key
+// airlock sent.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -70,6 +74,24 @@ func main() {
 			}
 			out.Count = len(out.Notes)
 			return nil, out, nil
+		})
+
+	s.AddResource(&mcp.Resource{URI: "notes://all", Name: "notes", Description: "Every note, as JSON.", MIMEType: "application/json"},
+		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			mu.Lock()
+			out := listResult{Notes: append([]note{}, notes...), Count: len(notes)}
+			mu.Unlock()
+			b, err := json.Marshal(out)
+			if err != nil {
+				return nil, err
+			}
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/json", Text: string(b)}}}, nil
+		})
+	s.AddPrompt(&mcp.Prompt{Name: "summarize_notes", Description: "Ask for a summary of a record's notes.",
+		Arguments: []*mcp.PromptArgument{{Name: "record_id", Description: "the withdrawal's id", Required: true}}},
+		func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Description: "A summary of a record's notes", Messages: []*mcp.PromptMessage{{Role: "user",
+				Content: &mcp.TextContent{Text: fmt.Sprintf("Summarize the notes of record %s.", req.Params.Arguments["record_id"])}}}}, nil
 		})
 
 	if *httpAddr == "" {
