@@ -77,3 +77,21 @@ func ExampleNewArgs() {
 	// WD-1
 	// arguments must be a JSON object, not an array
 }
+
+// Arguments that name a member twice are refused naming its path: which of
+// the two counts differs between readers.
+func TestNewArgsRefusesAMemberGivenTwice(t *testing.T) {
+	t.Parallel()
+	for raw, field := range map[string]string{
+		`{"record_id":"A","record_id":"B"}`:       "args.record_id",
+		`{"payee":{"account":"1","account":"2"}}`: "args.payee.account",
+		`{"items":[{"id":1},{"id":2,"id":3}]}`:    "args.items.1.id",
+		`{"record_id":"A","\u0072ecord_id":"B"}`:  "args.record_id",
+	} {
+		_, err := airlock.NewArgs([]byte(raw))
+		var e *airlock.Error
+		if !errors.As(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != field || !strings.Contains(e.Message, "twice") {
+			t.Errorf("%s: %v; want invalid_argument naming %s", raw, err, field)
+		}
+	}
+}

@@ -110,3 +110,22 @@ func BenchmarkChainHashReference(b *testing.B) {
 		_ = chainHashReference(e, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
 	}
 }
+
+// With issuers that hold no '#' (the manifest refuses one that does), two
+// JWT principals have one name only when they have one issuer and one
+// subject, whatever the subjects hold.
+func TestJWTPrincipalNamesDoNotCollide(t *testing.T) {
+	t.Parallel()
+	issuers := []string{"http://host", "http://host/x", "https://idp.example.com/realms/a"}
+	subjects := []string{"alice", "x#alice", "#", "", "a#b#c", "host#x"}
+	seen := map[string][2]string{}
+	for _, is := range issuers {
+		for _, sub := range subjects {
+			name := JWTPrincipal(is, sub)
+			if prev, ok := seen[name]; ok {
+				t.Fatalf("%q names both %v and %v", name, prev, [2]string{is, sub})
+			}
+			seen[name] = [2]string{is, sub}
+		}
+	}
+}

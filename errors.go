@@ -13,24 +13,25 @@ type Code string
 
 // Error codes.
 const (
-	CodeInvalidArgument   Code = "invalid_argument"   // the caller's input is wrong; nothing ran
-	CodeMissingField      Code = "missing_field"      // a natural-key field is missing or empty; nothing ran
-	CodeUnknownTool       Code = "unknown_tool"       // no such tool in the manifest
-	CodeArgumentsMismatch Code = "arguments_mismatch" // same key, other arguments, and the tool rejects mismatches
-	CodeNotSent           Code = "not_sent"           // the upstream was not reached; nothing was done; retry later
-	CodeStoreUnavailable  Code = "store_unavailable"  // no durable claim could be made; nothing ran
-	CodeNotFound          Code = "not_found"          // no such record
-	CodeConflict          Code = "state_conflict"     // the record is not in a state that allows the change
-	CodeLeaseLost         Code = "lease_lost"         // another owner holds the record
-	CodeInvalidManifest   Code = "invalid_manifest"   // the manifest does not validate
-	CodeBudgetExceeded    Code = "budget_exceeded"    // max_calls_per_run reached
-	CodeTooManyAttempts   Code = "too_many_attempts"  // too many failed sign-ins or tokens from one address; wait
-	CodeNotCallable       Code = "not_callable"       // the tool may not be called this way (irreversible)
-	CodeUpstream          Code = "upstream_error"     // a read tool's upstream failed; nothing was changed; safe to retry
-	CodeUnauthenticated   Code = "unauthenticated"    // no valid bearer token
-	CodeForbidden         Code = "forbidden"          // the token's role may not do this
-	CodeTooLarge          Code = "too_large"          // the request body is over the limit
-	CodeInternal          Code = "internal"           // a bug or an unexpected failure
+	CodeInvalidArgument   Code = "invalid_argument"       // the caller's input is wrong; nothing ran
+	CodeMissingField      Code = "missing_field"          // a natural-key field is missing or empty; nothing ran
+	CodeUnknownTool       Code = "unknown_tool"           // no such tool in the manifest
+	CodeArgumentsMismatch Code = "arguments_mismatch"     // same key, other arguments, and the tool rejects mismatches
+	CodeNotSent           Code = "not_sent"               // the upstream was not reached; nothing was done; retry later
+	CodeStoreUnavailable  Code = "store_unavailable"      // no durable claim could be made; nothing ran
+	CodeNotFound          Code = "not_found"              // no such record
+	CodeConflict          Code = "state_conflict"         // the record is not in a state that allows the change
+	CodeLeaseLost         Code = "lease_lost"             // another owner holds the record
+	CodeInvalidManifest   Code = "invalid_manifest"       // the manifest does not validate
+	CodeBudgetExceeded    Code = "budget_exceeded"        // max_calls_per_run reached
+	CodeTooManyAttempts   Code = "too_many_attempts"      // too many failed sign-ins or tokens from one address; wait
+	CodeNotCallable       Code = "not_callable"           // the tool may not be called this way (irreversible)
+	CodeUpstream          Code = "upstream_error"         // a read tool's upstream failed; nothing was changed; safe to retry
+	CodeUnauthenticated   Code = "unauthenticated"        // no valid bearer token
+	CodeForbidden         Code = "forbidden"              // the token's role may not do this
+	CodeTooLarge          Code = "too_large"              // the request body is over the limit
+	CodeUnsupportedMedia  Code = "unsupported_media_type" // the request body is not sent as JSON
+	CodeInternal          Code = "internal"               // a bug or an unexpected failure
 )
 
 // Error is an error with a code, a message for people and models, and the
@@ -81,6 +82,7 @@ var (
 	ErrUnauthenticated   = &Error{Code: CodeUnauthenticated}
 	ErrForbidden         = &Error{Code: CodeForbidden}
 	ErrTooLarge          = &Error{Code: CodeTooLarge}
+	ErrUnsupportedMedia  = &Error{Code: CodeUnsupportedMedia}
 	ErrStoreUnavailable  = &Error{Code: CodeStoreUnavailable}
 	ErrNotFound          = &Error{Code: CodeNotFound}
 	ErrStateConflict     = &Error{Code: CodeConflict}

@@ -240,6 +240,9 @@ func ParseArgs(raw []byte) (map[string]any, error) {
 	if err := CheckJSONText("args", raw); err != nil {
 		return nil, err
 	}
+	if err := CheckJSONNames("args", raw); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any

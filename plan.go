@@ -2,6 +2,7 @@ package airlock
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -12,6 +13,31 @@ import (
 	"strings"
 	"time"
 )
+
+// PlanIDPrefix begins every plan id.
+const PlanIDPrefix = "pl_"
+
+// NewPlanID is a fresh plan id: 80 random bits.
+func NewPlanID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return PlanIDPrefix + hex.EncodeToString(b[:])
+}
+
+// ValidPlanID says whether id has the shape of a plan id (so that a
+// malformed one is refused as such, not looked up).
+func ValidPlanID(id string) bool {
+	rest, ok := strings.CutPrefix(id, PlanIDPrefix)
+	if !ok || len(rest) != 20 {
+		return false
+	}
+	for _, c := range []byte(rest) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // PlanStatus is where a plan is in plan → approve → commit (docs/plans.md).
 type PlanStatus string

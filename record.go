@@ -36,14 +36,16 @@ type Record struct {
 	// Content is the whole result as an MCP upstream gave it (content of
 	// every type, structuredContent, isError, _meta), replayed to repeats
 	// over MCP; nil for other upstreams.
-	Content    json.RawMessage `json:"content,omitempty"`
-	Note       string          `json:"note,omitempty"` // why it is in doubt, or how it was settled
-	Owner      string          `json:"owner,omitempty"`
-	LeaseUntil time.Time       `json:"lease_until"`
-	Attempts   int             `json:"attempts"`
-	CreatedAt  time.Time       `json:"created_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
-	ExpiresAt  time.Time       `json:"expires_at"` // purged after; zero: kept
+	Content json.RawMessage `json:"content,omitempty"`
+	Note    string          `json:"note,omitempty"` // why it is in doubt, or how it was settled
+	// Owner is the secret of whoever holds (or last held) the record's
+	// claim: never shown, since it is what renews and completes the claim.
+	Owner      string    `json:"-"`
+	LeaseUntil time.Time `json:"lease_until"`
+	Attempts   int       `json:"attempts"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	ExpiresAt  time.Time `json:"expires_at"` // purged after; zero: kept
 }
 
 // Claim is the row a first call inserts.
@@ -159,6 +161,8 @@ type (
 		Owner string
 	}
 	// HeartbeatParams extend the lease of Key, held by Owner, to LeaseUntil.
+	// As a completion, it holds until the record is reaped or taken, not
+	// until the lease's time (docs/DECISIONS.md, 71 and 74).
 	HeartbeatParams struct {
 		Key        string
 		Owner      string

@@ -2,8 +2,12 @@ package airlock
 
 import (
 	"bytes"
+	"errors"
+	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Text that reaches the store must be valid UTF-8 without NUL: PostgreSQL's
@@ -144,4 +148,28 @@ func StorableJSON(b []byte) []byte {
 		return b
 	}
 	return bytes.ToValidUTF8(b, []byte("\uFFFD"))
+}
+
+// CheckJSONNames refuses a JSON value in which an object names a member
+// twice ({"tool":"save_note","tool":"pay_out"}): decoders disagree on which
+// one counts (Go's takes the last, others the first), so a proxy, a log or
+// a person reading it could see other work than airlock runs. The error's
+// field is the member's path, after prefix when raw is a part of the
+// request (prefix "args": args.payee.account). Anything else wrong with
+// raw is left to the decoder that reads it, which says what.
+func CheckJSONNames(prefix string, raw []byte) error {
+	if jsontext.Value(raw).IsValid() {
+		return nil // the common case: valid, no name twice; no allocation
+	}
+	_, err := jsontext.NewDecoder(bytes.NewReader(raw)).ReadValue()
+	var se *jsontext.SyntacticError
+	if !errors.Is(err, jsontext.ErrDuplicateName) || !errors.As(err, &se) {
+		return nil
+	}
+	path := slices.Collect(se.JSONPointer.Tokens())
+	if prefix != "" {
+		path = append([]string{prefix}, path...)
+	}
+	return FieldErrorf(CodeInvalidArgument, strings.Join(path, "."), "the member %q is given twice in one object: give it once (readers disagree on which one counts); nothing was executed",
+		se.JSONPointer.LastToken())
 }

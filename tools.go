@@ -504,6 +504,17 @@ func (a *Approval) validate(v *validator, p, name string, m *Catalog) {
 		}
 		seenApprover[who] = true
 	}
+	// A rule asking for more distinct people than the list can ever name
+	// leaves its plans waiting until they expire: refused at load. (A
+	// group can hold any number of people.)
+	if len(a.Approvers) > 0 && !slices.ContainsFunc(a.Approvers, func(who string) bool { return strings.HasPrefix(who, "group:") }) {
+		for i, r := range a.Rules {
+			if r.Decide == "human" && r.Approvals > len(seenApprover) {
+				v.add(fmt.Sprintf("%s.rules[%d].approvals", p, i), "tool %s: rule %q asks for %d distinct approvers, but approval.approvers names only %d (%s) and no group: its plans could never be approved",
+					name, r.Name, r.Approvals, len(seenApprover), strings.Join(a.Approvers, ", "))
+			}
+		}
+	}
 	for _, d := range []struct {
 		field string
 		d     *Duration

@@ -75,7 +75,8 @@ func (g *Gateway) claim(ctx context.Context, r *route, req *CallRequest) (*guard
 	if err != nil {
 		return nil, nil, err
 	}
-	return g.guard.Claim(ctx, &airlock.Call{Tool: r.tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID})
+	p, _ := PrincipalFrom(ctx)
+	return g.guard.Claim(ctx, &airlock.Call{Tool: r.tool, Calendar: &g.m.Calendar, Args: args, RunID: req.RunID}, guard.Holder{Principal: p.Name})
 }
 
 // callerToolNames lists the tools run by their callers.
@@ -117,8 +118,9 @@ func (g *Gateway) handleNextCommit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deadline := g.clock.Now().Add(time.Duration(req.WaitSeconds * float64(time.Second)))
+	worker, _ := PrincipalFrom(r.Context())
 	for {
-		p, held, err := g.plans.NextCallerCommit(r.Context(), tools)
+		p, held, err := g.plans.NextCallerCommit(r.Context(), tools, worker.Name)
 		if err != nil {
 			writeError(w, g.log, err)
 			return
@@ -172,12 +174,8 @@ func (g *Gateway) workerTools(req *commitsRequest) ([]*airlock.Tool, error) {
 // its handle and lease; for a tool that honours keys, the key to pass to
 // its service; for a plan's commit, the plan (its id, tool and arguments).
 func (g *Gateway) executeAnswer(tool *airlock.Tool, h *guard.Held, p *airlock.Plan) map[string]any {
-	planID := ""
-	if p != nil {
-		planID = p.ID
-	}
 	out := map[string]any{
-		"status": StatusExecute, "claim": claimHandle(tool.Name, h, planID),
+		"status": StatusExecute, "claim": claimHandle(tool.Name, h),
 		"lease_until": h.LeaseUntil.UTC().Format(time.RFC3339Nano), "lease_seconds": g.guard.Lease().Seconds(),
 	}
 	if tool.HonorsKey {
@@ -190,29 +188,38 @@ func (g *Gateway) executeAnswer(tool *airlock.Tool, h *guard.Held, p *airlock.Pl
 }
 
 // claimHandle is the opaque handle of a held claim: the tool (base64url,
-// since a tool's name may hold dots), the key, the claim's secret owner
-// and, for a plan's commit, the plan's id.
-func claimHandle(tool string, h *guard.Held, planID string) string {
-	handle := base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + h.Key + "." + h.Owner
-	if planID != "" {
-		handle += "." + planID
+// since a tool's name may hold dots), the key, the claim's secret and, for
+// a plan's commit, the plan's id. The holder's principal is not in it: it
+// is who presents the handle, and the claim is bound to it (guard.Holder).
+func claimHandle(tool string, h *guard.Held) string {
+	handle := base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + h.Key + "." + h.Secret
+	if h.Holder.PlanID != "" {
+		handle += "." + h.Holder.PlanID
 	}
 	return handle
 }
 
-// held is a claim handle read back.
+// held is a claim handle read back, as its presenter names the claim.
 type held struct {
-	tool       *airlock.Tool // run by its caller
-	key, owner string
-	planID     string // a plan's commit; empty for a call
+	tool  *airlock.Tool // run by its caller
+	claim guard.Claimed
 }
 
-// heldClaim reads a claim handle back.
-func (g *Gateway) heldClaim(handle string) (*held, error) {
+// heldClaim reads the request's claim handle back, for the principal
+// presenting it.
+func (g *Gateway) heldClaim(r *http.Request) (*held, error) {
+	p, _ := PrincipalFrom(r.Context())
+	return g.readHandle(r.PathValue("claim"), p.Name)
+}
+
+// readHandle reads a claim handle back, for principal. A handle of the
+// wrong shape, or of the wrong shape for its tool's kind (a commit's names
+// its plan, a call's does not), is refused as made up.
+func (g *Gateway) readHandle(handle, principal string) (*held, error) {
 	bad := airlock.FieldErrorf(airlock.CodeInvalidArgument, "claim", "not a claim handle this server gave: use the claim of an execute answer as it came")
 	parts := strings.Split(handle, ".")
-	if len(parts) < 3 || len(parts) > 4 || parts[1] == "" || len(parts[1]) > airlock.MaxKeyBytes || !strings.HasPrefix(parts[2], claimPrefix) ||
-		len(parts) == 4 && parts[3] == "" {
+	if len(parts) < 3 || len(parts) > 4 || parts[1] == "" || len(parts[1]) > airlock.MaxKeyBytes || !guard.ValidClaimSecret(parts[2]) ||
+		len(parts) == 4 && !airlock.ValidPlanID(parts[3]) {
 		return nil, bad
 	}
 	// Strict: one spelling per name, as this server writes it.
@@ -224,9 +231,9 @@ func (g *Gateway) heldClaim(handle string) (*held, error) {
 	if tool == nil || !tool.RunByCaller() || (tool.Kind == airlock.KindIrreversible) != (len(parts) == 4) {
 		return nil, bad
 	}
-	h := &held{tool: tool, key: parts[1], owner: parts[2]}
+	h := &held{tool: tool, claim: guard.Claimed{Key: parts[1], Secret: parts[2], Holder: guard.Holder{Principal: principal}}}
 	if len(parts) == 4 {
-		h.planID = parts[3]
+		h.claim.Holder.PlanID = parts[3]
 	}
 	return h, nil
 }
@@ -234,12 +241,21 @@ func (g *Gateway) heldClaim(handle string) (*held, error) {
 // handleRenew is POST /v1/claims/{claim}/renew: the holder is still
 // running the work.
 func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
-	h, err := g.heldClaim(r.PathValue("claim"))
+	h, err := g.heldClaim(r)
 	if err != nil {
 		writeError(w, g.log, err)
 		return
 	}
-	until, err := g.guard.Renew(r.Context(), h.key, h.owner)
+	if _, err := queryOf(r); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
+	var until time.Time
+	if h.claim.Holder.PlanID != "" && g.plans != nil {
+		until, err = g.plans.RenewCallerCommit(r.Context(), h.tool, h.claim)
+	} else {
+		until, err = g.guard.Renew(r.Context(), h.claim)
+	}
 	if err != nil {
 		writeError(w, g.log, err)
 		return
@@ -255,7 +271,15 @@ type completeRequest struct {
 	Outcome string          `json:"outcome"`
 	Result  json.RawMessage `json:"result"`
 	Error   string          `json:"error"`
+	// ResultOmitted: the work ran to this outcome, but its result is not
+	// sent (it was too large to record); the result kept is
+	// {"result_omitted": true}.
+	ResultOmitted bool `json:"result_omitted"`
 }
+
+// omittedResult is the result kept for a completion whose result was left
+// out.
+var omittedResult = json.RawMessage(`{"result_omitted":true}`)
 
 // Claim outcomes, by their wire names (the root package's vocabulary).
 const (
@@ -271,7 +295,7 @@ const maxOutcomeError = 4096
 // handleComplete is POST /v1/claims/{claim}/complete: the holder reports
 // the work's outcome and gets the answer the first call gets.
 func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
-	h, err := g.heldClaim(r.PathValue("claim"))
+	h, err := g.heldClaim(r)
 	if err != nil {
 		writeError(w, g.log, err)
 		return
@@ -294,13 +318,15 @@ func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
 	if g.tracer != nil {
 		ctx = g.tracer.Continue(ctx, r.Header.Get("traceparent"), r.Header.Get("tracestate"))
 	}
-	a, err := g.guard.Finish(ctx, tool, h.key, h.owner, out)
-	if g.metrics != nil {
-		g.metrics.Call(tool.Name, tool.Kind, a, err)
-	}
-	if err == nil && h.planID != "" && g.plans != nil {
+	var a *airlock.Answer
+	if h.claim.Holder.PlanID != "" && g.plans != nil {
 		// The plan follows its work's record.
-		err = g.plans.FinishCallerCommit(ctx, h.planID, tool, a)
+		a, err = g.plans.CompleteCallerCommit(ctx, tool, h.claim, out)
+	} else {
+		a, err = g.guard.Finish(ctx, tool, h.claim, out)
+	}
+	if g.metrics != nil && airlock.ErrorCode(err) != airlock.CodeInvalidArgument {
+		g.metrics.Call(tool.Name, tool.Kind, a, err)
 	}
 	if err != nil {
 		writeError(w, g.log, err)
@@ -320,6 +346,15 @@ func outcomeOf(req *completeRequest) (airlock.Outcome, error) {
 	result := req.Result
 	if string(result) == "null" {
 		result = nil
+	}
+	if req.ResultOmitted {
+		if result != nil {
+			return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeInvalidArgument, "result_omitted", "give result or result_omitted, not both")
+		}
+		if req.Outcome != OutcomeSucceeded && req.Outcome != OutcomeFailed {
+			return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeInvalidArgument, "result_omitted", "only with outcome succeeded or failed: an unknown or not started outcome has no result")
+		}
+		result = omittedResult
 	}
 	var cause error
 	if req.Error != "" {

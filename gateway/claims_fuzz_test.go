@@ -35,17 +35,20 @@ tools:
 		f.Fatal(err)
 	}
 	g := &Gateway{m: m}
-	held := &guard.Held{Key: "43ad43bbf14c7f9b7966092e7182fc58", Owner: "claim-1382051df9fb6b486cc28741e5830458"}
-	f.Add(claimHandle("save.note", held, ""))
-	f.Add(claimHandle("pay_out", held, "pl_bed1d696f9c5d0eba9f5"))
-	f.Add(claimHandle("pay_out", held, ""))
-	f.Add(claimHandle("pay_out", held, "") + ".")
+	call := &guard.Held{Key: "43ad43bbf14c7f9b7966092e7182fc58", Secret: "claim-1382051df9fb6b486cc28741e5830458"}
+	commit := &guard.Held{Key: call.Key, Secret: call.Secret, Holder: guard.Holder{PlanID: "pl_bed1d696f9c5d0eba9f5"}}
+	f.Add(claimHandle("save.note", call))
+	f.Add(claimHandle("pay_out", commit))
+	f.Add(claimHandle("pay_out", call))
+	f.Add(claimHandle("pay_out", call) + ".")
+	f.Add(claimHandle("pay_out", commit) + "0")
+	f.Add(claimHandle("save.note", commit))
 	f.Add("c2F2ZS5ub3Rm.k.claim-x") // base64 with stray trailing bits
 	f.Add("")
 	f.Add("..claim-.")
 	f.Add("c2F2ZV9ub3Rl.k.claim-x")
 	f.Fuzz(func(t *testing.T, handle string) {
-		h, err := g.heldClaim(handle)
+		h, err := g.readHandle(handle, "agent-1")
 		if err != nil {
 			var e *airlock.Error
 			if !errors.As(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != "claim" {
@@ -53,7 +56,10 @@ tools:
 			}
 			return
 		}
-		if again := claimHandle(h.tool.Name, &guard.Held{Key: h.key, Owner: h.owner}, h.planID); again != handle {
+		if h.claim.Holder.Principal != "agent-1" {
+			t.Fatalf("%q read back for %q", handle, h.claim.Holder.Principal)
+		}
+		if again := claimHandle(h.tool.Name, &guard.Held{Key: h.claim.Key, Secret: h.claim.Secret, Holder: h.claim.Holder}); again != handle {
 			t.Fatalf("%q read back as %+v, which writes as %q", handle, h, again)
 		}
 	})

@@ -24,6 +24,8 @@ func status(code airlock.Code) int {
 		return http.StatusConflict
 	case airlock.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case airlock.CodeUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
 	case airlock.CodeArgumentsMismatch:
 		return http.StatusUnprocessableEntity
 	case airlock.CodeBudgetExceeded, airlock.CodeTooManyAttempts:

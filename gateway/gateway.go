@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -514,6 +515,14 @@ func AgentPlan(p *airlock.Plan) map[string]any {
 // decodeBody reads a JSON body into v, capped at maxBody, refusing
 // unknown fields; errors name the problem.
 func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// What is in the body is all there is: a parameter in the query would
+	// be read by nothing (docs/gateway.md).
+	if _, err := queryOf(r); err != nil {
+		return err
+	}
+	if err := jsonMediaType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
 	if err == nil {
 		bodyRead(w)
@@ -528,6 +537,9 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	// Before decoding: encoding/json would turn invalid UTF-8 in a run id
 	// into U+FFFD, and two distinct values into one.
 	if err := airlock.CheckJSONEncoding("body", body); err != nil {
+		return err
+	}
+	if err := airlock.CheckJSONNames("", body); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -554,6 +566,8 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	return nil
 }
 
+// goTypeWord names a Go kind as a JSON type, for a caller who never saw
+// the Go.
 func goTypeWord(kind string) string {
 	switch kind {
 	case "string":
@@ -562,8 +576,26 @@ func goTypeWord(kind string) string {
 		return "true or false"
 	case "map", "struct":
 		return "an object"
-	case "slice":
+	case "slice", "array":
 		return "an array"
+	case "float32", "float64":
+		return "a number"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "a whole number"
 	}
-	return "a " + kind
+	return "a JSON value of another type"
+}
+
+// jsonMediaType refuses a body sent as anything but JSON: a body whose
+// Content-Type says text or a form is not read as JSON behind its
+// sender's back. No Content-Type is taken as JSON.
+func jsonMediaType(contentType string) error {
+	if contentType == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return airlock.FieldErrorf(airlock.CodeUnsupportedMedia, "Content-Type", "the body's Content-Type is %q: send it as JSON, with Content-Type: application/json; nothing was executed", contentType)
 }

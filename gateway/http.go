@@ -246,11 +246,17 @@ func (g *Gateway) handleSettle(w http.ResponseWriter, r *http.Request) {
 func queryOf(r *http.Request, names ...string) (url.Values, error) {
 	q := r.URL.Query()
 	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if len(names) == 0 {
+			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: this request takes no query parameters", name)
+		}
 		if !slices.Contains(names, name) {
 			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: the parameters are %s", name, strings.Join(names, ", "))
 		}
 		if n := len(q[name]); n > 1 {
 			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "given %d times: give %s once", n, name)
+		}
+		if q.Get(name) == "" {
+			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "is empty: give %s a value, or leave it out", name)
 		}
 	}
 	return q, nil

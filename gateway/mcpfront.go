@@ -31,12 +31,17 @@ const (
 // (invalid UTF-8, an unpaired surrogate: two different run ids or
 // arguments would read as one) before the SDK decodes it; "" when nothing.
 // A NUL is refused where its field is read (run_id, args), by name.
+// A member named twice anywhere in the message is refused too: the SDK
+// would read the last, a proxy or log before it perhaps the first.
 func textProblem(body []byte) string {
-	err := airlock.CheckJSONEncoding("message", body)
-	if err == nil {
-		return ""
+	if err := airlock.CheckJSONEncoding("message", body); err != nil {
+		return "invalid params: the message " + asError(err).Message + "; nothing was executed"
 	}
-	return "invalid params: the message " + asError(err).Message + "; nothing was executed"
+	if err := airlock.CheckJSONNames("", body); err != nil {
+		e := asError(err)
+		return "invalid params: " + e.Field + ": " + e.Message
+	}
+	return ""
 }
 
 // firstStatelessRevision is the MCP revision that removed sessions and

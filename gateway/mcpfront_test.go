@@ -127,6 +127,10 @@ func TestMCPEdgeAnswersJSONRPCErrors(t *testing.T) {
 	for _, tc := range []struct{ name, body, message string }{
 		{"invalid UTF-8", "{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": \"tools/call\", \"params\": {\"name\": \"x\", \"_meta\": {\"io.airlock/run\": \"r\xff\"}}}", "not valid UTF-8 at byte"},
 		{"unpaired surrogate", `{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "x", "arguments": {"id": "\udc00"}}}`, "unpaired UTF-16 surrogate"},
+		// A member named twice: the SDK reads the last, a proxy or a log
+		// perhaps the first.
+		{"an argument twice", `{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "add_note", "arguments": {"record_id": "A", "record_id": "B"}}}`, `params.arguments.record_id: the member "record_id" is given twice`},
+		{"the tool's name twice", `{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "add_note", "name": "pay", "arguments": {}}}`, `params.name: the member "name" is given twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -594,7 +594,7 @@ func (g *Guard) withTimeout(ctx context.Context, d time.Duration) (context.Conte
 // state, result and note, released, and changed at the completion's time.
 func (g *Guard) recorded(ctx context.Context, comp *airlock.Completion) bool {
 	rec, err := g.store.Get(ctx, comp.Key)
-	return err == nil && rec.State == comp.State && rec.Owner == "" && rec.Note == comp.Note &&
+	return err == nil && rec.State == comp.State && rec.Owner == comp.Owner && rec.Note == comp.Note &&
 		bytes.Equal(rec.Result, comp.Result) && rec.UpdatedAt.Sub(comp.Now).Abs() < time.Microsecond
 }
 

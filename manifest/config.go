@@ -398,6 +398,8 @@ func (o *OIDCSpec) validate(v *validator) {
 		v.add(p+".issuer", "required: the provider's issuer URL")
 	} else if !secureURL(o.Issuer) {
 		v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", o.Issuer)
+	} else if strings.ContainsAny(o.Issuer, "?#") {
+		v.add(p+".issuer", "%q has a query or a fragment, which an issuer URL never has (OpenID Connect Discovery)", o.Issuer)
 	}
 	if o.ClientID == "" {
 		v.add(p+".client_id", "required: airlock's client id at the provider")
@@ -544,6 +546,10 @@ func (a *Auth) validate(v *validator) {
 			v.add(p+".issuer", "required: the tokens' iss")
 		case !secureURL(is.Issuer):
 			v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", is.Issuer)
+		case strings.ContainsAny(is.Issuer, "?#"):
+			// A principal is jwt:ISSUER#SUBJECT: with no # in an issuer,
+			// the first # ends it, so no two principals share a name.
+			v.add(p+".issuer", "%q has a query or a fragment, which an issuer URL never has (RFC 8414, OpenID Connect Discovery); it would also make principals' names jwt:ISSUER#SUBJECT ambiguous", is.Issuer)
 		case seenIssuer[is.Issuer]:
 			v.add(p+".issuer", "%q is listed twice", is.Issuer)
 		}

@@ -152,6 +152,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{"rules[0].approvals", "from 1 to 10"}},
 		{"an empty approver", "    kind: write\n", "    kind: irreversible\n    approval: {approvers: [\"group:\"], rules: [{name: r, when: \"true\", decide: human}]}\n", "test.yaml:",
 			[]string{"approval.approvers[0]", "group:NAME"}},
+		{"more approvals than named approvers", "    kind: write\n", "    kind: irreversible\n    approval: {approvers: [alice], rules: [{name: two_people, when: \"true\", decide: human, approvals: 2}]}\n", "test.yaml:",
+			[]string{"rules[0].approvals", `rule "two_people" asks for 2 distinct approvers`, "names only 1 (alice)", "could never be approved"}},
+		{"an issuer with a fragment", "tools:\n", "auth: {resource: \"https://a.example.com/mcp\", issuers: [{issuer: \"http://127.0.0.1:9\", role: agent}, {issuer: \"http://127.0.0.1:9#x\", role: agent}]}\ntools:\n", "test.yaml:3:",
+			[]string{"auth.issuers[1].issuer", "query or a fragment", "ambiguous"}},
+		{"an issuer with a query", "tools:\n", "auth: {resource: \"https://a.example.com/mcp\", issuers: [{issuer: \"https://idp.example.com/?tenant=a\", role: agent}]}\ntools:\n", "test.yaml:3:",
+			[]string{"auth.issuers[0].issuer", "query or a fragment"}},
+		{"an oidc issuer with a fragment", "tools:\n", "auth: {oidc: {issuer: \"https://idp.example.com#a\"}}\ntools:\n", "test.yaml:3:",
+			[]string{"auth.oidc.issuer", "query or a fragment"}},
 		{"bad on_mismatch", "    window: business_day\n", "    window: business_day\n    on_mismatch: ignore\n", "test.yaml:12:18",
 			[]string{"on_mismatch", "replay or reject"}},
 		{"a caller's tool naming an upstream", "    window: business_day\n", "    window: business_day\n    upstream: {caller: true, name: payments}\n", "test.yaml:",
@@ -243,4 +251,20 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("error is not ErrInvalidManifest: %v", err)
 		}
 	})
+}
+
+// A key given twice in one mapping — the manifest's own or in a JSON-style
+// flow mapping such as an input_schema — is refused naming its line: a
+// reader could otherwise take the other one.
+func TestDuplicateKeysRefused(t *testing.T) {
+	t.Parallel()
+	for name, src := range map[string]string{
+		"a tool's field":    "version: 1\ntools:\n  - name: get_x\n    name: get_y\n    kind: read\n    input_schema: {type: object}\n",
+		"a schema property": "version: 1\ntools:\n  - name: get_x\n    kind: read\n    input_schema: {type: object, properties: {id: {type: string}, id: {type: number}}}\n",
+	} {
+		_, err := manifest.Parse([]byte(src), "test.yaml")
+		if err == nil || !strings.Contains(err.Error(), "already defined") || !strings.Contains(err.Error(), "test.yaml:") {
+			t.Errorf("%s twice: %v; want refused naming the line", name, err)
+		}
+	}
 }

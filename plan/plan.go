@@ -8,8 +8,6 @@ package plan
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +34,9 @@ type Caller func(tool *airlock.Tool) (upstream.Caller, bool)
 // a worker in the caller's process (caller.go); *guard.Guard is one.
 type Committer interface {
 	DoKeyed(ctx context.Context, kc *airlock.KeyedCall, fn airlock.SideEffect) (*airlock.Answer, error)
-	ClaimKeyed(ctx context.Context, kc *airlock.KeyedCall) (*guard.Held, *airlock.Answer, error)
+	ClaimKeyed(ctx context.Context, kc *airlock.KeyedCall, holder guard.Holder) (*guard.Held, *airlock.Answer, error)
+	Finish(ctx context.Context, tool *airlock.Tool, c guard.Claimed, out airlock.Outcome) (*airlock.Answer, error)
+	Renew(ctx context.Context, c guard.Claimed) (time.Time, error)
 	Get(ctx context.Context, key string) (*airlock.Record, error)
 }
 
@@ -100,12 +100,6 @@ func New(cfg Config) (*Service, error) {
 		s.log = slog.Default()
 	}
 	return s, nil
-}
-
-func newID() string {
-	var b [10]byte
-	_, _ = rand.Read(b[:])
-	return "pl_" + hex.EncodeToString(b[:])
 }
 
 // Propose makes the plan for a call of an irreversible tool, or returns the
@@ -183,7 +177,7 @@ func (s *Service) propose(ctx context.Context, tool *airlock.Tool, args *airlock
 	eval, _ := json.Marshal(decision.Evaluated)
 	expires := tool.Approval.ExpiresAfterOr()
 	p := &airlock.Plan{
-		ID: newID(), Key: d.Key, Tool: tool.Name, Rule: decision.Rule, Decision: decision.Decision,
+		ID: airlock.NewPlanID(), Key: d.Key, Tool: tool.Name, Rule: decision.Rule, Decision: decision.Decision,
 		Evaluation: eval, Args: canon, Facts: facts, DecisionHash: airlock.DecisionHash(tool.Name, canon, facts),
 		RunID: runID, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(expires), Status: airlock.PlanAwaitingApproval,
 		ProposedBy: airlock.ActorFrom(ctx), ApprovalsRequired: max(1, decision.Approvals),

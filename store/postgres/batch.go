@@ -278,7 +278,7 @@ const (
 	ON CONFLICT (key) DO NOTHING
 	RETURNING key`
 	completeSQLNoAudit = `WITH u AS (
-		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6, content = $7
+		UPDATE airlock_records SET state = $3, result = $4, note = $5, updated_at = $6, content = $7
 		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters)
 	SELECT key, CASE WHEN waiters THEN pg_notify('` + channel + `', key) END FROM u`
 )

@@ -324,7 +324,7 @@ func (s *Store) CountRunCalls(ctx context.Context, p *airlock.CountRunCallsParam
 // completeSQL completes one record by its primary key; the NOTIFY goes out
 // only when a waiter marked the record.
 const completeSQL = `WITH u AS (
-		UPDATE airlock_records SET state = $3, result = $4, note = $5, owner = '', updated_at = $6, content = $12
+		UPDATE airlock_records SET state = $3, result = $4, note = $5, updated_at = $6, content = $12
 		WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, waiters, tool, run_id),
 	a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, result, error, actor, outcome, timed_out, duration_us)
 		SELECT $6, $7, run_id, key, tool, $4, $5, $8, $9, $10, $11 FROM u)

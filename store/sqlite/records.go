@@ -89,7 +89,7 @@ const (
 		VALUES (?, ?, ?, ?, 'running', ?, ?, NULL, '', ?, ?, 1, ?, ?, ?)
 		ON CONFLICT (key) DO NOTHING`
 	completeSQL = `UPDATE airlock_records
-		SET state = ?, result = ?, content = ?, note = ?, owner = '', updated_at = ?
+		SET state = ?, result = ?, content = ?, note = ?, updated_at = ?
 		WHERE key = ? AND owner = ? AND state = 'running' RETURNING tool, run_id`
 	heartbeatSQL = `UPDATE airlock_records SET lease_until = ?
 		WHERE key = ? AND owner = ? AND state = 'running'`
