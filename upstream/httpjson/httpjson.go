@@ -116,6 +116,12 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		}
 	}
 	hreq.Header = h
+	// No body to send again: net/http resends a request that carries an
+	// Idempotency-Key when a reused connection fails after sending it,
+	// which runs the work twice at a service that does not honour keys.
+	// airlock alone decides whether a call is sent again (the guard's
+	// retries, for services that honour keys).
+	hreq.GetBody = nil
 	resp, err := c.client.Do(hreq)
 	if err != nil {
 		if !wrote.Load() && neverSent(err) {

@@ -118,6 +118,35 @@ func TestResetAfterSendIsUnknown(t *testing.T) {
 	}
 }
 
+// A connection that was used before and fails after the request went out
+// is one attempt: the request is not sent again behind the guard's back
+// (net/http resends requests that carry an Idempotency-Key on a reused
+// connection, and a service that does not honour keys runs them twice).
+// Found by the history checker (internal/promise).
+func TestAReusedConnectionThatFailsIsNotRetried(t *testing.T) {
+	t.Parallel()
+	var received atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if received.Add(1) == 1 {
+			_, _ = w.Write([]byte(`{"ok":true}`)) // the connection is kept for the next call
+			return
+		}
+		conn, _, err := w.(http.Hijacker).Hijack() // the work is applied, the answer lost
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	c := httpjson.New(srv.URL, nil)
+	if out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{}`), Key: "k1"}); out.Kind != airlock.OutcomeSucceeded {
+		t.Fatalf("first call: %d (%v)", out.Kind, out.Err)
+	}
+	out := c.Call(context.Background(), &upstream.Request{Tool: tool(), Args: json.RawMessage(`{"n":2}`), Key: "k2"})
+	if out.Kind != airlock.OutcomeUnknown || received.Load() != 2 {
+		t.Fatalf("second call: outcome %d (%v), the service received %d requests; want unknown after one request", out.Kind, out.Err, received.Load()-1)
+	}
+}
+
 // TestAnswerLargerThanTheLimit: the status says what happened; an answer
 // over Config.MaxResponse is not kept, and a success stays a success whose
 // result says the answer was omitted (not "in doubt").
