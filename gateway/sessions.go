@@ -23,15 +23,22 @@ const (
 // the sessions one token holds open, so that clients that never close
 // theirs cannot exhaust the server, and closes the ones idle for longer
 // than idle. airlock times them, not the SDK: the fast path
-// (mcpfast.go) answers requests the SDK never sees.
+// (mcpfast.go) answers requests the SDK never sees. A token at its cap
+// that opens another session closes its least recently used idle one to
+// make room (decision 77): many clients never say goodbye, and must not
+// lock their token out for the idle time.
 type mcpSessions struct {
 	max   int
 	idle  time.Duration
 	clock clockwork.Clock
 
 	mu       sync.Mutex
-	sessions map[string]*mcpSession // session id → what airlock knows of it
-	open     map[string]int         // principal → sessions open
+	sessions map[string]*mcpSession            // session id → what airlock knows of it
+	open     map[string]int                    // principal → sessions open
+	owned    map[string]map[string]*mcpSession // principal → its sessions, by id
+	// ticks orders the sessions' last use: least recently used is
+	// smallest, whatever the clock's resolution.
+	ticks uint64
 }
 
 // mcpSession is a session airlock saw opened: its principal, its requests
@@ -42,16 +49,26 @@ type mcpSessions struct {
 type mcpSession struct {
 	owner string
 	busy  int
-	// lastEnd is when its last request ended (or it was watched).
+	// lastEnd is when its last request ended (or it was watched), used
+	// the tick of its last use (begun or ended).
 	lastEnd time.Time
+	used    uint64
 	timer   clockwork.Timer // nil until watched
+	close   func()          // ends it (set when watched)
 	// inflight are its requests being answered, by JSON id, so that a
 	// notifications/cancelled can silence the answer.
 	inflight map[string]*dropWriter
 }
 
 func newMCPSessions(max int, idle time.Duration, clock clockwork.Clock) *mcpSessions {
-	return &mcpSessions{max: max, idle: idle, clock: clock, sessions: map[string]*mcpSession{}, open: map[string]int{}}
+	return &mcpSessions{max: max, idle: idle, clock: clock, sessions: map[string]*mcpSession{}, open: map[string]int{},
+		owned: map[string]map[string]*mcpSession{}}
+}
+
+// touchLocked marks s used now.
+func (m *mcpSessions) touchLocked(s *mcpSession) {
+	m.ticks++
+	s.used = m.ticks
 }
 
 // watch starts timing session id, which close ends.
@@ -63,6 +80,8 @@ func (m *mcpSessions) watch(id string, close func()) {
 		return // already ended
 	}
 	s.lastEnd = m.clock.Now()
+	s.close = close
+	m.touchLocked(s)
 	s.timer = m.clock.AfterFunc(m.idle, func() { m.expire(id, s, close) })
 }
 
@@ -99,6 +118,7 @@ func (m *mcpSessions) begin(id, principal, reqID string, d *dropWriter) *mcpSess
 		return nil
 	}
 	s.busy++
+	m.touchLocked(s)
 	if d != nil {
 		if s.inflight == nil {
 			s.inflight = map[string]*dropWriter{}
@@ -114,6 +134,7 @@ func (m *mcpSessions) end(s *mcpSession, reqID string, d *dropWriter) {
 	defer m.mu.Unlock()
 	s.busy--
 	s.lastEnd = now
+	m.touchLocked(s)
 	if d != nil && s.inflight[reqID] == d {
 		delete(s.inflight, reqID)
 	}
@@ -152,16 +173,37 @@ func (m *mcpSessions) ownerOf(id string) string {
 	return ""
 }
 
-// reserve takes a place for a new session of principal; false: it holds
-// the most it may.
-func (m *mcpSessions) reserve(principal string) bool {
+// reserve takes a place for a new session of principal. At its cap, the
+// place of its least recently used idle session is taken — that session
+// is forgotten here and evicted names it, for the caller to close; ok
+// false: every one of its sessions is answering a request (or still
+// opening), and none may be closed.
+func (m *mcpSessions) reserve(principal string) (ok bool, evicted string, close func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.open[principal] >= m.max {
-		return false
+	if m.open[principal] < m.max {
+		m.open[principal]++
+		return true, "", nil
 	}
-	m.open[principal]++
-	return true
+	var victim *mcpSession
+	for id, s := range m.owned[principal] {
+		// Not one being opened (no timer yet: its client has not had its
+		// id), nor one answering a request.
+		if s.timer == nil || s.busy > 0 {
+			continue
+		}
+		if victim == nil || s.used < victim.used {
+			victim, evicted = s, id
+		}
+	}
+	if victim == nil {
+		return false, "", nil
+	}
+	// Its place passes to the new session: open stays as it is.
+	victim.timer.Stop()
+	delete(m.sessions, evicted)
+	delete(m.owned[principal], evicted)
+	return true, evicted, victim.close
 }
 
 // opened binds a new session to the principal whose place it took; an
@@ -170,10 +212,17 @@ func (m *mcpSessions) opened(id, principal string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if id == "" {
-		m.open[principal]--
+		if m.open[principal]--; m.open[principal] <= 0 {
+			delete(m.open, principal)
+		}
 		return
 	}
-	m.sessions[id] = &mcpSession{owner: principal}
+	s := &mcpSession{owner: principal}
+	m.sessions[id] = s
+	if m.owned[principal] == nil {
+		m.owned[principal] = map[string]*mcpSession{}
+	}
+	m.owned[principal][id] = s
 }
 
 func (m *mcpSessions) ended(id string) {
@@ -181,15 +230,25 @@ func (m *mcpSessions) ended(id string) {
 	defer m.mu.Unlock()
 	s := m.sessions[id]
 	if s == nil {
-		return
+		return // an evicted session's place was already taken
 	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 	delete(m.sessions, id)
+	if delete(m.owned[s.owner], id); len(m.owned[s.owner]) == 0 {
+		delete(m.owned, s.owner)
+	}
 	if m.open[s.owner]--; m.open[s.owner] <= 0 {
 		delete(m.open, s.owner)
 	}
+}
+
+// held is how many sessions principal holds open.
+func (m *mcpSessions) held(principal string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.open[principal]
 }
 
 // guardSession applies the binding and the cap to one /mcp request of
@@ -208,12 +267,20 @@ func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal
 		serve(w)
 		return
 	}
-	if !g.sessions.reserve(principal) {
+	ok, evicted, closeEvicted := g.sessions.reserve(principal)
+	if !ok {
 		w.Header().Set("Retry-After", "60")
 		writeRPCError(w, http.StatusTooManyRequests, rpcInvalidRequest, fmt.Sprintf(
-			"this token holds %d open MCP sessions, the most it may (limits.mcp_sessions_per_token); end one (DELETE /mcp) or wait for idle ones to close (limits.mcp_session_idle)",
+			"this token holds %d open MCP sessions, the most it may (limits.mcp_sessions_per_token), and each is answering a request; end one (DELETE /mcp) or wait for one to finish",
 			g.sessions.max), nil, reqID)
 		return
+	}
+	if closeEvicted != nil {
+		// Closed before the new one opens: the token never holds more
+		// than its cap.
+		g.log.Debug("airlock: MCP session closed to make room for the same token's new one (limits.mcp_sessions_per_token)",
+			"principal", principal, "session", evicted)
+		closeEvicted()
 	}
 	// Bound as the answer's header is written, before the client can use
 	// the id.

@@ -19,7 +19,7 @@ func TestMCPSessionIdleCountsFromTheLastAnswer(t *testing.T) {
 	const idle = time.Minute
 	clock := clockwork.NewFakeClock()
 	m := newMCPSessions(10, idle, clock)
-	if !m.reserve("agent") {
+	if ok, _, _ := m.reserve("agent"); !ok {
 		t.Fatal("no place for a session")
 	}
 	m.opened("s1", "agent")
@@ -104,5 +104,51 @@ func TestJSONStringReadsAsTheDecoder(t *testing.T) {
 		if ok != wantOK || got != want {
 			t.Errorf("jsonString(%q) = %q, %v; encoding/json reads %q, %v", raw, got, ok, want, wantOK)
 		}
+	}
+}
+
+// At its cap, a token's least recently used idle session gives its place
+// to the next; a session still being opened (its client has not had its
+// id) or answering a request is never taken, and the closed session's end
+// does not free a place twice.
+func TestMCPSessionEvictionTakesOnlyIdleOpenSessions(t *testing.T) {
+	t.Parallel()
+	m := newMCPSessions(2, time.Minute, clockwork.NewFakeClock())
+	closed := map[string]int{}
+	open := func(id string) {
+		t.Helper()
+		ok, evicted, close := m.reserve("agent")
+		if !ok || evicted != "" || close != nil {
+			t.Fatalf("%s: reserve %v %q, want a free place", id, ok, evicted)
+		}
+		m.opened(id, "agent")
+	}
+	open("opening") // never watched: still being opened
+	open("idle")
+	m.watch("idle", func() { closed["idle"]++ })
+
+	ok, evicted, close := m.reserve("agent")
+	if !ok || evicted != "idle" || close == nil {
+		t.Fatalf("at the cap: reserve %v %q, want the idle session's place", ok, evicted)
+	}
+	close()
+	m.opened("new", "agent")
+	m.watch("new", func() { closed["new"]++ })
+	m.ended("idle") // its SDK session ends after the close
+	if n := m.held("agent"); n != 2 || closed["idle"] != 1 {
+		t.Fatalf("holds %d sessions (closed %v), want 2: the evicted one's end freed a place twice", n, closed)
+	}
+	if s := m.begin("new", "agent", "1", nil); s == nil {
+		t.Fatal("the new session's request was refused")
+	} else if ok, evicted, _ := m.reserve("agent"); ok {
+		t.Fatalf("reserve took %q: one session is opening and the other answering a request", evicted)
+	} else {
+		m.end(s, "1", nil)
+	}
+	if ok, evicted, _ := m.reserve("agent"); !ok || evicted != "new" {
+		t.Fatalf("after its request ended: reserve %v %q, want the new session's place", ok, evicted)
+	}
+	if m.begin("idle", "agent", "2", nil) != nil || m.ownerOf("new") != "" {
+		t.Fatal("an evicted session is still known")
 	}
 }

@@ -23,7 +23,8 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // An MCP session belongs to the token that opened it; a token holds at
-// most limits.mcp_sessions_per_token; sessions idle for
+// most limits.mcp_sessions_per_token, its least recently used idle one
+// closed to make room for a new one; sessions idle for
 // limits.mcp_session_idle are closed and their places freed.
 func TestMCPSessionsAreBoundCappedAndExpire(t *testing.T) {
 	t.Parallel()
@@ -67,6 +68,7 @@ func TestMCPSessionsAreBoundCappedAndExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var a2 *mcp.ClientSession // opened at the cap
 	t.Run("another token cannot use a session", func(t *testing.T) {
 		if code, body := ping("token-b", a1.ID()); code != http.StatusForbidden || !strings.Contains(body, "another token") {
 			t.Fatalf("token b with token a's session: %d %s", code, body)
@@ -75,35 +77,41 @@ func TestMCPSessionsAreBoundCappedAndExpire(t *testing.T) {
 			t.Fatalf("token a with its own session: %d %s", code, body)
 		}
 	})
-	t.Run("a token holds at most its cap", func(t *testing.T) {
-		a2, err := connect("token-a")
+	t.Run("at its cap a token's least recently used idle session makes room", func(t *testing.T) {
+		var err error
+		a2, err = connect("token-a")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := connect("token-a"); err == nil || !strings.Contains(err.Error(), "Too Many Requests") {
-			t.Fatalf("a third session for token a: %v, want it refused", err)
+		if _, err := a2.ListTools(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		a3, err := connect("token-a") // a1 is the least recently used
+		if err != nil {
+			t.Fatalf("a third session for token a: %v, want the least recently used one closed instead", err)
+		}
+		if code, _ := ping("token-a", a1.ID()); code != http.StatusNotFound {
+			t.Fatalf("the least recently used session answers %d, want 404", code)
+		}
+		if code, _ := ping("token-a", a2.ID()); code != http.StatusOK {
+			t.Fatalf("the session used since answers %d, want 200", code)
 		}
 		b1, err := connect("token-b")
 		if err != nil {
 			t.Fatalf("token b is not held to token a's sessions: %v", err)
 		}
 		b1.Close()
-		a2.Close() // DELETE: its place is free again
+		a3.Close() // DELETE: its place is free again
 		deadline := time.Now().Add(5 * time.Second)
-		for {
-			s, err := connect("token-a")
-			if err == nil {
-				s.Close()
-				break
-			}
+		for gateway.MCPSessionsHeld(g, "agent-a") != 1 {
 			if time.Now().After(deadline) {
-				t.Fatalf("after closing one, token a still cannot open a session: %v", err)
+				t.Fatalf("after closing one, token a holds %d sessions, want 1", gateway.MCPSessionsHeld(g, "agent-a"))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
 	t.Run("idle sessions close and free their places", func(t *testing.T) {
-		id := a1.ID()
+		id := a2.ID()
 		time.Sleep(1200 * time.Millisecond)
 		if code, _ := ping("token-a", id); code != http.StatusNotFound {
 			t.Fatalf("a session idle past the limit answered %d, want 404", code)
