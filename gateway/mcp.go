@@ -128,6 +128,16 @@ func (g *Gateway) newMCPServer(version string) *mcp.Server {
 			return next(ctx, method, req)
 		}
 	})
+	// Outermost: every error answered is a JSON-RPC error with a code.
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if err != nil {
+				err = rpcCoded(err)
+			}
+			return res, err
+		}
+	})
 	return s
 }
 
@@ -226,6 +236,12 @@ func (g *Gateway) mcpHandlerNamed(name string) mcp.ToolHandler {
 // it with, in its own words.
 func (g *Gateway) mcpCallError(name string, err error) (*mcp.CallToolResult, *jsonrpc.Error) {
 	if refusal := (*jsonrpc.Error)(nil); errors.As(err, &refusal) {
+		if refusal.Code == 0 {
+			// An upstream's refusal without a code (the go-sdk sends a
+			// handler's plain error so): the answer needs one, fast path
+			// or not.
+			refusal = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: refusal.Message, Data: refusal.Data}
+		}
 		return nil, refusal
 	}
 	e := asError(err)

@@ -141,6 +141,7 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
+		w = &codedWriter{ResponseWriter: w} // the SDK's code 0 (rpccodes.go)
 		if session == "" && (msg.Method == "server/discover" || requested >= firstStatelessRevision) {
 			// No session: the principal rides on the request's context.
 			stateless.ServeHTTP(w, r)
@@ -154,7 +155,7 @@ func (g *Gateway) mcpFront(stateful, stateless http.Handler) http.Handler {
 			// and the next repeat gets its result.
 			g.sessions.cancel(session, p.Name, string(msg.cancelledID))
 		case d != nil:
-			w = d
+			w = &codedWriter{ResponseWriter: d}
 		}
 		g.guardSession(w, r, p.Name, msg.Method, msg.ID, func(w http.ResponseWriter) { stateful.ServeHTTP(w, r) })
 	})

@@ -125,6 +125,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 	}
+	if fixed, ok := codedLine(p); ok {
+		if _, err := l.w.Write(fixed); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	return l.w.Write(p)
 }
 
