@@ -64,6 +64,10 @@ type Report struct {
 	Operations int
 	Calls      map[string]int // by door
 	Effects    int
+	// Answers counts the calls' answers by door and status
+	// ("mcp-task in_doubt"), to see that each door was held to the model
+	// with answers that say something.
+	Answers map[string]int
 }
 
 // The tokens of the run; the manifest keeps their hashes.
@@ -134,6 +138,7 @@ const (
     natural_key: [{field: id}]
     window: forever
     timeout: 700ms
+    respond_within: 400ms
     repeat_wait: 200ms`
 	rulesField = `approval:
       rules:
@@ -144,12 +149,12 @@ const (
 
 // doorsOf are the front doors that carry each tool's work.
 var doorsOf = map[string][]string{
-	"note":   {"library", "calls", "mcp", "mcp-session"},
-	"note_k": {"library", "calls", "mcp", "mcp-session"},
+	"note":   {"library", "calls", "mcp", "mcp-session", "mcp-task"},
+	"note_k": {"library", "calls", "mcp", "mcp-session", "mcp-task"},
 	"save":   {"claims"},
 	"save_k": {"claims"},
-	"pay":    {"plan-calls", "plan-mcp"},
-	"payout": {"plan-calls", "plan-mcp"},
+	"pay":    {"plan-calls", "plan-mcp", "plan-task"},
+	"payout": {"plan-calls", "plan-mcp", "plan-task"},
 }
 
 // run is one run's moving parts.
@@ -251,10 +256,14 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 	if err := r.finalRead(ctx); err != nil {
 		return nil, err
 	}
-	rep := &Report{Operations: r.h.Len(), Calls: r.calls}
+	rep := &Report{Operations: r.h.Len(), Calls: r.calls, Answers: map[string]int{}}
 	for _, op := range r.h.Operations() {
-		if op.Input.(Input).Kind == Effect {
+		switch in := op.Input.(Input); in.Kind {
+		case Effect:
 			rep.Effects++
+		case Call:
+			out := op.Output.(Output)
+			rep.Answers[in.Door+" "+out.Status+planSuffix(out.Plan)]++
 		}
 	}
 	logf("%d operations, %d effects; checking", rep.Operations, rep.Effects)
@@ -493,6 +502,8 @@ func (ag *agent) call(ctx context.Context, w *work, door string) {
 		ag.viaMCP(ctx, w, door)
 	case "claims":
 		ag.viaClaims(ctx, w)
+	case "mcp-task", "plan-task":
+		ag.viaTask(ctx, w, door)
 	}
 }
 
@@ -1071,4 +1082,107 @@ func (r *run) auditAgrees(ctx context.Context, hc *http.Client, rep *replica, ke
 		return fmt.Sprintf("record %s with %s; completion events carry %v", out.Status, out.Result, nonces)
 	}
 	return ""
+}
+
+// viaTask calls the tool (plan_T for the plans' door) over MCP 2026-07-28
+// as a client of the Tasks extension: a call that outlives respond_within,
+// or a plan that waits for people, becomes a task, followed with tasks/get
+// until it ends and read with tasks/result. A task still working after a
+// few seconds is given up (the answer is lost to this caller).
+func (ag *agent) viaTask(ctx context.Context, w *work, door string) {
+	tool := w.tool
+	if door == "plan-task" {
+		tool = "plan_" + tool
+	}
+	done := ag.r.h.Begin(ag.id, Input{Kind: Call, Work: w.name(), Door: door})
+	u := ag.r.url() + "/mcp"
+	res, err := ag.rpc(ctx, u, "tools/call", tool, map[string]any{"name": tool, "arguments": w.args})
+	if err != nil {
+		done(Output{Status: Lost})
+		return
+	}
+	if res["resultType"] != "task" {
+		done(taskOutput(res))
+		return
+	}
+	id, _ := res["taskId"].(string)
+	for range 30 {
+		got, err := ag.rpc(ctx, u, "tasks/get", "", map[string]any{"taskId": id})
+		if err != nil {
+			done(Output{Status: Lost})
+			return
+		}
+		if st, _ := got["status"].(string); st != "working" && st != "input_required" {
+			final, err := ag.rpc(ctx, u, "tasks/result", "", map[string]any{"taskId": id})
+			if err != nil {
+				done(Output{Status: Lost})
+				return
+			}
+			done(taskOutput(final))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	done(Output{Status: Lost})
+}
+
+// taskOutput reads a tool result of the Tasks door (a result object, maybe
+// under "result" for tasks/result).
+func taskOutput(res map[string]any) Output {
+	if inner, ok := res["result"].(map[string]any); ok && res["structuredContent"] == nil {
+		res = inner
+	}
+	raw, _ := json.Marshal(res)
+	var r mcp.CallToolResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return Output{Status: Refused}
+	}
+	return mcpOutput(&r)
+}
+
+// rpc posts one 2026-07-28 request that declares the Tasks extension and
+// returns its result; an error answer or no answer is an error.
+func (ag *agent) rpc(ctx context.Context, u, method, name string, params map[string]any) (map[string]any, error) {
+	params["_meta"] = map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{gateway.ExtTasks: map[string]any{}}},
+		"io.airlock/run": ag.runID,
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, err := http.NewRequestWithContext(ctx, "POST", u, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", method)
+	if name != "" {
+		req.Header.Set("Mcp-Name", name)
+	}
+	resp, err := ag.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if data, ok := strings.CutPrefix(line, "data:"); ok && strings.Contains(data, `"jsonrpc"`) {
+				raw = []byte(data)
+			}
+		}
+	}
+	var msg struct {
+		Result map[string]any `json:"result"`
+		Error  any            `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil || msg.Result == nil {
+		return nil, fmt.Errorf("%s: %d %s", method, resp.StatusCode, raw)
+	}
+	return msg.Result, nil
 }

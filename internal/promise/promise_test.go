@@ -47,6 +47,7 @@ func run(t *testing.T, cfg *promise.Config) {
 		t.Fatalf("seed %d: %v", cfg.Seed, err)
 	}
 	t.Logf("%d operations, %d effects; calls by door %v", rep.Operations, rep.Effects, rep.Calls)
+	t.Logf("answers: %v", rep.Answers)
 }
 
 // The promise on embedded SQLite: every front door, faults at the
