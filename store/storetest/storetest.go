@@ -26,6 +26,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Store", func(t *testing.T) { t.Parallel(); runStore(t, newStore) })
 	t.Run("Guard", func(t *testing.T) { t.Parallel(); runGuard(t, newStore) })
 	t.Run("Claims", func(t *testing.T) { t.Parallel(); runClaims(t, newStore) })
+	t.Run("Leases", func(t *testing.T) { t.Parallel(); runLeases(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); runConcurrency(t, newStore) })
 	t.Run("Plans", func(t *testing.T) { t.Parallel(); runPlans(t, newStore) })
 	t.Run("AuditEvents", func(t *testing.T) { t.Parallel(); RunAuditEvents(t, newStore) })
