@@ -1,7 +1,7 @@
 # airlock developer tasks. `make test` is the README's test command.
 GO ?= go
 
-.PHONY: test test-race test-postgres lint bench fuzz release
+.PHONY: test test-race test-postgres lint bench fuzz mutants release
 
 test:
 	$(GO) test ./...
@@ -33,6 +33,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./manifest
 	$(GO) test -run '^$$' -fuzz FuzzClaimHandle -fuzztime 30s ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzParseEdge -fuzztime 30s ./gateway
+
+# The mutation check (scripts/mutants.py, docs/hardening.md "Mutation check"):
+# each mutant of scripts/mutants.txt alone in a throwaway worktree of HEAD.
+# Set AIRLOCK_TEST_DATABASE_URL for the PostgreSQL mutants; ONLY=substring
+# runs some.
+mutants:
+	python3 scripts/mutants.py $(if $(ONLY),--only "$(ONLY)")
 
 # Release artifacts: make release VERSION=v0.3.0 (scripts/release.sh; needs
 # cyclonedx-gomod for the SBOM).
