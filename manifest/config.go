@@ -138,7 +138,9 @@ type Limits struct {
 	// request for this long. Default 30m; from 1s to 7d.
 	MCPSessionIdle airlock.Duration `yaml:"mcp_session_idle" json:"mcp_session_idle,omitzero"`
 	// MCPSessionsPerToken caps the MCP sessions one token holds open; an
-	// initialize beyond it gets 429. Default 100; from 1 to 100,000.
+	// initialize beyond it closes the token's least recently used idle
+	// session, and gets 429 only when every one is answering a request
+	// (docs/DECISIONS.md, 77). Default 100; from 1 to 100,000.
 	MCPSessionsPerToken int `yaml:"mcp_sessions_per_token" json:"mcp_sessions_per_token,omitempty"`
 	// Connections caps the HTTP connections served at once; more wait to
 	// be accepted. Default 1024; from 16 to 1,000,000.
