@@ -26,9 +26,6 @@ import (
 // the claim: run the work, then complete the claim.
 const StatusExecute = "execute"
 
-// claimPrefix starts the secret part of a claim handle.
-const claimPrefix = "claim-"
-
 // handleClaim is POST /v1/claims: {"tool", "args", "run_id"} as a call.
 func (g *Gateway) handleClaim(w http.ResponseWriter, r *http.Request) {
 	req, err := g.readCall(w, r, "claims", "a tool run by its caller", g.callerToolNames())

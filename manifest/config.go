@@ -396,11 +396,12 @@ const OIDCCallbackPath = "/ui/oidc/callback"
 
 func (o *OIDCSpec) validate(v *validator) {
 	const p = "auth.oidc"
-	if o.Issuer == "" {
+	switch {
+	case o.Issuer == "":
 		v.add(p+".issuer", "required: the provider's issuer URL")
-	} else if !secureURL(o.Issuer) {
+	case !secureURL(o.Issuer):
 		v.add(p+".issuer", "%q is not an https URL (http only on a loopback host)", o.Issuer)
-	} else if strings.ContainsAny(o.Issuer, "?#") {
+	case strings.ContainsAny(o.Issuer, "?#"):
 		v.add(p+".issuer", "%q has a query or a fragment, which an issuer URL never has (OpenID Connect Discovery)", o.Issuer)
 	}
 	if o.ClientID == "" {

@@ -47,7 +47,7 @@ func TestMCPErrorsHaveJSONRPCCodes(t *testing.T) {
 			message string
 		}{
 			{"file:///broken.txt", jsonrpc.CodeInternalError, "the disk is on fire"},
-			{"file:///nowhere.txt", mcp.CodeResourceNotFound, "not found"},
+			{"file:///nowhere.txt", jsonrpc.CodeInvalidParams, "not found"}, // resource not found (SEP-2164)
 		} {
 			_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: tc.uri})
 			var e *jsonrpc.Error

@@ -19,14 +19,13 @@ import (
 )
 
 // agent is one caller: an agent with its run, its HTTP client, its MCP
-// sessions and its claims client.
+// sessions.
 type agent struct {
-	r      *run
-	id     int
-	runID  string
-	http   *http.Client
-	mcp    map[string]*mcp.ClientSession // by door
-	claims *client.Client
+	r     *run
+	id    int
+	runID string
+	http  *http.Client
+	mcp   map[string]*mcp.ClientSession // by door
 }
 
 func (r *run) newAgent(id int) *agent {

@@ -151,7 +151,7 @@ func step(s state, in Input, out Output) (bool, state) {
 		case "approved", "committing":
 			return false, s // decided work was lost: approved, never ended
 		case "committed", "failed":
-			if out.Status != out.Plan && !(out.Plan == "committed" && out.Status == "succeeded") {
+			if out.Status != out.Plan && (out.Plan != "committed" || out.Status != "succeeded") {
 				return false, s // the plan and its record disagree
 			}
 		}
