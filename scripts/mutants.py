@@ -5,7 +5,7 @@ Each mutant in scripts/mutants.txt names a file, an exact snippet and its
 replacement, and the packages whose tests must kill it. The check makes a
 throwaway git worktree of HEAD (never touching the working tree it is run
 from), first runs each distinct set of packages unmutated (a baseline that
-fails would make every mutant look killed, so it stops the check), then
+fails would make its mutants look killed: they are reported not checked), then
 applies one mutant at a time, runs
 
     go test -count=1 -timeout 120s [-run REGEX] PACKAGES
