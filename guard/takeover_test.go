@@ -153,3 +153,51 @@ func TestReaperRedrivesOnlyToolsThatHonourKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestALeftClaimGoesInDoubtAfterItsWindow: the reaper leaves an expired
+// claim its Leave names running for TakeOverWindow past its lease (for its
+// caller to take over with the same key), and no longer: then it goes in
+// doubt like any other.
+func TestALeftClaimGoesInDoubtAfterItsWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		ended   time.Duration // how long ago the lease ended
+		inDoubt bool
+	}{
+		{"within the window", time.Second, false},
+		{"past the window", time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := openSQLite(t)
+			g := guard.New(s, nil)
+			t.Cleanup(g.Close)
+			ctx := context.Background()
+			tool := writeTool("pay", true, true)
+			c := &airlock.Call{Tool: tool, Args: airlock.MustArgs(`{"id":"P-1"}`)}
+			d, err := g.Derive(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			if _, ok, err := s.Claim(ctx, &airlock.Claim{Key: d.Key, Tool: tool.Name, WindowID: "forever", Args: c.Args.JSON(),
+				ArgsHash: d.ArgsHash(tool, c.Args), Owner: "vanished", Now: now.Add(-2 * time.Hour), LeaseUntil: now.Add(-tc.ended)}); err != nil || !ok {
+				t.Fatalf("claim: %v %v", ok, err)
+			}
+			r := guard.NewReaper(g, &guard.ReaperConfig{TakeOverWindow: time.Minute, Leave: func(*airlock.Record) bool { return true }})
+			st, err := r.Reap(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := s.Get(ctx, d.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.State == airlock.StateInDoubt; got != tc.inDoubt || st.InDoubt != map[bool]int{true: 1}[tc.inDoubt] {
+				t.Fatalf("a left claim whose lease ended %s ago, window 1m: %s (stats %+v); want in doubt %v: a claim is left for its caller only for TakeOverWindow",
+					tc.ended, rec.State, st, tc.inDoubt)
+			}
+		})
+	}
+}
