@@ -50,6 +50,26 @@ func runLeases(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	// A claim completed between the reaper's read and its take-over (or a
+	// repeat's) is done: taking it would run the work again.
+	t.Run("OnlyARunningClaimIsTakenOver", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		for _, st := range []airlock.State{airlock.StateSucceeded, airlock.StateFailed, airlock.StateInDoubt} {
+			key := Key("taken-" + string(st))
+			_, _, err := s.Claim(ctx, claimOf(key, "holder", now, time.Second))
+			must(t, err)
+			must(t, s.Complete(ctx, &airlock.Completion{Key: key, Owner: "holder", State: st, Result: json.RawMessage(`1`), Now: now}))
+			later := now.Add(time.Minute) // past the lease the record had
+			if _, ok, err := s.TakeOver(ctx, &airlock.TakeOverParams{Key: key, Owner: "next", Now: later, LeaseUntil: later.Add(time.Minute)}); err != nil || ok {
+				t.Fatalf("TakeOver of a %s record whose lease had ended: %v %v; only a running claim is taken over", st, ok, err)
+			}
+			if ok, err := s.ExpireLease(ctx, &airlock.ExpireLeaseParams{Key: key, Now: later, Note: "lease expired"}); err != nil || ok {
+				t.Fatalf("ExpireLease of a %s record: %v %v", st, ok, err)
+			}
+		}
+	})
+
 	t.Run("ExpiryReadsTheLeaseAndNothingElse", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
