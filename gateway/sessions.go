@@ -36,6 +36,10 @@ type mcpSessions struct {
 	sessions map[string]*mcpSession            // session id → what airlock knows of it
 	open     map[string]int                    // principal → sessions open
 	owned    map[string]map[string]*mcpSession // principal → its sessions, by id
+	// evicted are sessions closed to make room whose end the SDK has not
+	// yet reported: their ids are refused here (404), since the SDK may
+	// still serve one for a moment, to any token.
+	evicted map[string]bool
 	// ticks orders the sessions' last use: least recently used is
 	// smallest, whatever the clock's resolution.
 	ticks uint64
@@ -62,7 +66,7 @@ type mcpSession struct {
 
 func newMCPSessions(max int, idle time.Duration, clock clockwork.Clock) *mcpSessions {
 	return &mcpSessions{max: max, idle: idle, clock: clock, sessions: map[string]*mcpSession{}, open: map[string]int{},
-		owned: map[string]map[string]*mcpSession{}}
+		owned: map[string]map[string]*mcpSession{}, evicted: map[string]bool{}}
 }
 
 // touchLocked marks s used now.
@@ -162,6 +166,14 @@ func (m *mcpSessions) ownedBy(id, principal string) bool {
 	return s == nil || s.owner == principal
 }
 
+// wasEvicted reports whether session id was closed to make room and the
+// SDK has not yet reported its end.
+func (m *mcpSessions) wasEvicted(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.evicted[id]
+}
+
 // ownerOf is the principal that opened session id ("" when airlock did
 // not see it opened: stdio, a sessionless revision).
 func (m *mcpSessions) ownerOf(id string) string {
@@ -203,6 +215,7 @@ func (m *mcpSessions) reserve(principal string) (ok bool, evicted string, close 
 	victim.timer.Stop()
 	delete(m.sessions, evicted)
 	delete(m.owned[principal], evicted)
+	m.evicted[evicted] = true
 	return true, evicted, victim.close
 }
 
@@ -228,6 +241,7 @@ func (m *mcpSessions) opened(id, principal string) {
 func (m *mcpSessions) ended(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.evicted, id)
 	s := m.sessions[id]
 	if s == nil {
 		return // an evicted session's place was already taken
@@ -255,6 +269,11 @@ func (m *mcpSessions) held(principal string) int {
 // principal: it answers a refusal itself, or lets serve answer.
 func (g *Gateway) guardSession(w http.ResponseWriter, r *http.Request, principal, method string, reqID json.RawMessage, serve func(http.ResponseWriter)) {
 	if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+		if g.sessions.wasEvicted(id) {
+			writeRPCError(w, http.StatusNotFound, rpcInvalidRequest,
+				"this MCP session was closed to make room for a newer one of its token (limits.mcp_sessions_per_token); open another (initialize)", nil, reqID)
+			return
+		}
 		if !g.sessions.ownedBy(id, principal) {
 			writeRPCError(w, http.StatusForbidden, rpcInvalidRequest,
 				"this MCP session was opened with another token; open your own (initialize)", nil, reqID)

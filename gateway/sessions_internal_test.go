@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -150,5 +151,43 @@ func TestMCPSessionEvictionTakesOnlyIdleOpenSessions(t *testing.T) {
 	}
 	if m.begin("idle", "agent", "2", nil) != nil || m.ownerOf("new") != "" {
 		t.Fatal("an evicted session is still known")
+	}
+}
+
+// A session closed to make room is refused by airlock (404, to any token)
+// until the SDK reports its end: the SDK may serve its id for a moment
+// after it is closed, and then to any token, since airlock no longer knows
+// whose it was.
+func TestAnEvictedSessionIsRefusedUntilItEnds(t *testing.T) {
+	t.Parallel()
+	g := &Gateway{sessions: newMCPSessions(1, time.Hour, clockwork.NewFakeClock())}
+	m := g.sessions
+	if ok, _, _ := m.reserve("agent"); !ok {
+		t.Fatal("no place for a session")
+	}
+	m.opened("s1", "agent")
+	closed := false
+	m.watch("s1", func() { closed = true })
+	ok, evicted, closeIt := m.reserve("agent")
+	if !ok || evicted != "s1" || closeIt == nil {
+		t.Fatalf("reserve at the cap: %v %q; want s1 evicted", ok, evicted)
+	}
+	closeIt()
+	served := false
+	for _, principal := range []string{"agent", "another"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", "/mcp", nil)
+		req.Header.Set("Mcp-Session-Id", "s1")
+		g.guardSession(rec, req, principal, "ping", json.RawMessage(`1`), func(http.ResponseWriter) { served = true })
+		if rec.Code != http.StatusNotFound || served {
+			t.Fatalf("%s with the evicted session: %d (served %v); want 404 from airlock", principal, rec.Code, served)
+		}
+	}
+	if !closed {
+		t.Fatal("the evicted session was not closed")
+	}
+	m.ended("s1") // the SDK reports its end
+	if m.wasEvicted("s1") {
+		t.Fatal("an ended session is still remembered as evicted")
 	}
 }
