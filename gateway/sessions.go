@@ -36,10 +36,12 @@ type mcpSessions struct {
 	sessions map[string]*mcpSession            // session id → what airlock knows of it
 	open     map[string]int                    // principal → sessions open
 	owned    map[string]map[string]*mcpSession // principal → its sessions, by id
-	// evicted are sessions closed to make room whose end the SDK has not
-	// yet reported: their ids are refused here (404), since the SDK may
-	// still serve one for a moment, to any token.
-	evicted map[string]bool
+	// evicted are sessions closed to make room, by when: their ids are
+	// refused here (404) for the idle time, since the SDK forgets a closed
+	// session a moment after it is closed and would serve it meanwhile,
+	// to any token (airlock no longer knows its owner). Ids are random and
+	// never reused; entries older than idle are dropped at each eviction.
+	evicted map[string]time.Time
 	// ticks orders the sessions' last use: least recently used is
 	// smallest, whatever the clock's resolution.
 	ticks uint64
@@ -54,7 +56,10 @@ type mcpSession struct {
 	owner string
 	busy  int
 	// lastEnd is when its last request ended (or it was watched), used
-	// the tick of its last use (begun or ended).
+	// the tick of its last use: when it was opened or its last request
+	// began, in the order the client made them (when a request ends is
+	// the server's timing, which the client may not see before its next
+	// request).
 	lastEnd time.Time
 	used    uint64
 	timer   clockwork.Timer // nil until watched
@@ -66,7 +71,7 @@ type mcpSession struct {
 
 func newMCPSessions(max int, idle time.Duration, clock clockwork.Clock) *mcpSessions {
 	return &mcpSessions{max: max, idle: idle, clock: clock, sessions: map[string]*mcpSession{}, open: map[string]int{},
-		owned: map[string]map[string]*mcpSession{}, evicted: map[string]bool{}}
+		owned: map[string]map[string]*mcpSession{}, evicted: map[string]time.Time{}}
 }
 
 // touchLocked marks s used now.
@@ -85,7 +90,6 @@ func (m *mcpSessions) watch(id string, close func()) {
 	}
 	s.lastEnd = m.clock.Now()
 	s.close = close
-	m.touchLocked(s)
 	s.timer = m.clock.AfterFunc(m.idle, func() { m.expire(id, s, close) })
 }
 
@@ -138,7 +142,6 @@ func (m *mcpSessions) end(s *mcpSession, reqID string, d *dropWriter) {
 	defer m.mu.Unlock()
 	s.busy--
 	s.lastEnd = now
-	m.touchLocked(s)
 	if d != nil && s.inflight[reqID] == d {
 		delete(s.inflight, reqID)
 	}
@@ -166,12 +169,24 @@ func (m *mcpSessions) ownedBy(id, principal string) bool {
 	return s == nil || s.owner == principal
 }
 
-// wasEvicted reports whether session id was closed to make room and the
-// SDK has not yet reported its end.
+// wasEvicted reports whether session id was closed to make room within
+// the idle time.
 func (m *mcpSessions) wasEvicted(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.evicted[id]
+	at, ok := m.evicted[id]
+	return ok && m.clock.Since(at) <= m.idle
+}
+
+// busy is how many requests of principal's sessions are being answered.
+func (m *mcpSessions) busy(principal string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.owned[principal] {
+		n += s.busy
+	}
+	return n
 }
 
 // ownerOf is the principal that opened session id ("" when airlock did
@@ -215,7 +230,13 @@ func (m *mcpSessions) reserve(principal string) (ok bool, evicted string, close 
 	victim.timer.Stop()
 	delete(m.sessions, evicted)
 	delete(m.owned[principal], evicted)
-	m.evicted[evicted] = true
+	now := m.clock.Now()
+	for id, at := range m.evicted {
+		if now.Sub(at) > m.idle {
+			delete(m.evicted, id)
+		}
+	}
+	m.evicted[evicted] = now
 	return true, evicted, victim.close
 }
 
@@ -231,6 +252,7 @@ func (m *mcpSessions) opened(id, principal string) {
 		return
 	}
 	s := &mcpSession{owner: principal}
+	m.touchLocked(s)
 	m.sessions[id] = s
 	if m.owned[principal] == nil {
 		m.owned[principal] = map[string]*mcpSession{}
@@ -241,7 +263,6 @@ func (m *mcpSessions) opened(id, principal string) {
 func (m *mcpSessions) ended(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.evicted, id)
 	s := m.sessions[id]
 	if s == nil {
 		return // an evicted session's place was already taken

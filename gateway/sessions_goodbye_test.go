@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -157,7 +158,7 @@ func TestMCPSessionsWithoutGoodbyeDoNotLockTheTokenOut(t *testing.T) {
 // and once they have answered, the least recently used makes room.
 func TestMCPSessionsAllBusyRefuseTheNext(t *testing.T) {
 	t.Parallel()
-	url, _, held, release := holdingGateway(t, 2)
+	url, g, held, release := holdingGateway(t, 2)
 	var dropped atomic.Int64
 	ctx := context.Background()
 	done := make(chan error, 2)
@@ -188,10 +189,12 @@ func TestMCPSessionsAllBusyRefuseTheNext(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitAnswered(t, g, "agent", 0)
 	// The second is used again: the first is now the least recently used.
 	if got := pingSession(t, url, sessions[1].ID()); got != http.StatusOK {
 		t.Fatalf("the second session answers %d, want 200", got)
 	}
+	waitAnswered(t, g, "agent", 0)
 	s, err := connectNoGoodbye(url, &dropped)
 	if err != nil {
 		t.Fatalf("once the calls answered, a new session: %v", err)
@@ -204,5 +207,20 @@ func TestMCPSessionsAllBusyRefuseTheNext(t *testing.T) {
 	}
 	for _, s := range append(sessions, s) {
 		_ = s.Close()
+	}
+}
+
+// waitAnswered waits until the gateway answers no more than busy requests
+// of principal's sessions: a client has its answer a moment before the
+// server is done with the request, and a session is idle (one that may be
+// closed to make room) only then.
+func waitAnswered(t *testing.T, g *gateway.Gateway, principal string, busy int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for gateway.MCPSessionsBusy(g, principal) > busy {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway still answers %d requests of %s's sessions, want %d", gateway.MCPSessionsBusy(g, principal), principal, busy)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -86,6 +86,7 @@ func TestMCPSessionsAreBoundCappedAndExpire(t *testing.T) {
 		if _, err := a2.ListTools(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
+		waitAnswered(t, g, "agent-a", 0)
 		a3, err := connect("token-a") // a1 is the least recently used
 		if err != nil {
 			t.Fatalf("a third session for token a: %v, want the least recently used one closed instead", err)
