@@ -264,6 +264,14 @@ func TestJSONInputIsRefusedNamingTheProblem(t *testing.T) {
 		{"a natural-key field twice", "/v1/claims", "application/json", `{"tool":"save_note","args":{"record_id":"D-1","record_id":"D-2"}}`, 400, "invalid_argument", "args.record_id", "twice"},
 		{"run_id twice in a call", "/v1/calls", "application/json", `{"tool":"plan_pay_out","args":{"record_id":"D-3"},"run_id":"a","run_id":"b"}`, 400, "invalid_argument", "run_id", "twice"},
 		{"a worker's tools twice", "/v1/commits/next", "application/json", `{"tools":["pay_out"],"tools":[]}`, 400, "invalid_argument", "tools", "twice"},
+		// encoding/json matches names whatever their case (ſ folds to s),
+		// the last one winning: a case variant would override what a
+		// reader of exact names sees.
+		{"tool in capitals", "/v1/claims", "application/json", `{"tool":"save_note","TOOL":"pay_out","args":{"record_id":"D-7"}}`, 400, "invalid_argument", "TOOL", "names are exact"},
+		{"tool escaped in capitals", "/v1/claims", "application/json", `{"tool":"save_note","\u0054ool":"pay_out","args":{"record_id":"D-7"}}`, 400, "invalid_argument", "Tool", "names are exact"},
+		{"args with a long s", "/v1/calls", "application/json", `{"tool":"plan_pay_out","args":{"record_id":"D-8"},"arg\u017f":{"record_id":"D-9"}}`, 400, "invalid_argument", "argſ", "names are exact"},
+		{"wait_seconds in another case", "/v1/commits/next", "application/json", `{"tools":["pay_out"],"Wait_Seconds":30}`, 400, "invalid_argument", "Wait_Seconds", "names are exact"},
+		{"a charset other than UTF-8", "/v1/claims", "application/json; charset=latin-1", `{"tool":"save_note","args":{"record_id":"D-10"}}`, 415, "unsupported_media_type", "Content-Type", "UTF-8"},
 		{"wait_seconds as a string", "/v1/commits/next", "application/json", `{"tools":["pay_out"],"wait_seconds":"5"}`, 400, "invalid_argument", "wait_seconds", "a number"},
 		{"a query parameter on a claim", "/v1/claims?dry_run=1", "application/json", `{"tool":"save_note","args":{"record_id":"D-4"}}`, 400, "invalid_argument", "dry_run", "no query parameters"},
 		{"a text body", "/v1/claims", "text/plain", `{"tool":"save_note","args":{"record_id":"D-5"}}`, 415, "unsupported_media_type", "Content-Type", "application/json"},
@@ -291,7 +299,8 @@ func TestJSONInputIsRefusedNamingTheProblem(t *testing.T) {
 	}
 }
 
-// An empty query parameter is refused, not read as absent.
+// An empty, unknown or unreadable query parameter is refused, not read as
+// absent (Go's own parser drops a pair holding ';' without a word).
 func TestEmptyQueryParameterIsRefused(t *testing.T) {
 	t.Parallel()
 	g := frontGatewayWith(t, claimsManifest, nil, func(c *gateway.Config) {
@@ -305,7 +314,8 @@ func TestEmptyQueryParameterIsRefused(t *testing.T) {
 	})
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
-	for _, path := range []string{"/v1/plans?limit=", "/v1/audit?key=", "/v1/report?since="} {
+	for _, path := range []string{"/v1/plans?limit=", "/v1/audit?key=", "/v1/report?since=", "/v1/tools?x=1", "/v1/plans/pl_00000000000000000000?x=1",
+		"/v1/records/k?x=1", "/v1/plans?limit=1;x=2"} {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer admin-token")
 		resp, err := http.DefaultClient.Do(req)
@@ -314,8 +324,8 @@ func TestEmptyQueryParameterIsRefused(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "is empty") {
-			t.Errorf("GET %s: %d %s; want 400 saying the parameter is empty", path, resp.StatusCode, b)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "is empty") && !strings.Contains(string(b), "parameter") {
+			t.Errorf("GET %s: %d %s; want 400 naming the parameter", path, resp.StatusCode, b)
 		}
 	}
 }

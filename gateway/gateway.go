@@ -6,6 +6,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,9 +15,12 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jonboulle/clockwork"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -542,6 +546,9 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	if err := airlock.CheckJSONNames("", body); err != nil {
 		return err
 	}
+	if err := exactMemberNames(body, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -564,6 +571,72 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 		return airlock.Errorf(airlock.CodeInvalidArgument, "the request body has more than one JSON value; nothing was executed")
 	}
 	return nil
+}
+
+// exactMemberNames refuses a member of the body's object whose name is not
+// exactly one of v's fields: encoding/json matches names without regard
+// to case (and folds ſ to s), the last match winning, so {"tool":
+// "save_note","TOOL":"charge"} would run what a reader of exact names — a
+// proxy, a log, another language — sees as save_note. Nested values are
+// kept raw (args, result), so the top level is all there is to check.
+func exactMemberNames(body []byte, v any) error {
+	names := fieldNames(reflect.TypeOf(v))
+	if names == nil {
+		return nil
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil // not an object: the decoder says what it is
+	}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil
+		}
+		name := tok.String()
+		if !names[name] {
+			for known := range names {
+				if strings.EqualFold(known, name) {
+					return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown field %q in the request body: names are exact, and this is not %q; nothing was executed", name, known)
+				}
+			}
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown field %q in the request body; nothing was executed", name)
+		}
+		if err := dec.SkipValue(); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fieldNamesOf caches the JSON names of request types' fields.
+var fieldNamesOf sync.Map // reflect.Type → map[string]bool
+
+// fieldNames are the JSON names of the fields of the struct t points to;
+// nil for anything else.
+func fieldNames(t reflect.Type) map[string]bool {
+	if cached, ok := fieldNamesOf.Load(t); ok {
+		return cached.(map[string]bool)
+	}
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	names := map[string]bool{}
+	for f := range t.Elem().Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		names[name] = true
+	}
+	fieldNamesOf.Store(t, names)
+	return names
 }
 
 // goTypeWord names a Go kind as a JSON type, for a caller who never saw
@@ -593,8 +666,14 @@ func jsonMediaType(contentType string) error {
 	if contentType == "" {
 		return nil
 	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	json := err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json") && len(mt) > len("application/+json"))
+	if cs, ok := params["charset"]; json && ok && !strings.EqualFold(cs, "utf-8") {
+		// Read as UTF-8 whatever it says, the text would be other text to
+		// a proxy that decodes it by its label.
+		return airlock.FieldErrorf(airlock.CodeUnsupportedMedia, "Content-Type", "the body's charset is %q: send JSON as UTF-8 (charset=utf-8, or none); nothing was executed", cs)
+	}
+	if json {
 		return nil
 	}
 	return airlock.FieldErrorf(airlock.CodeUnsupportedMedia, "Content-Type", "the body's Content-Type is %q: send it as JSON, with Content-Type: application/json; nothing was executed", contentType)

@@ -195,6 +195,10 @@ func (g *Gateway) readCall(w http.ResponseWriter, r *http.Request, transport, wh
 }
 
 func (g *Gateway) handleTools(w http.ResponseWriter, r *http.Request) {
+	if _, err := queryOf(r); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
 	out := make([]airlock.ToolInfo, 0, len(g.m.Tools))
 	for _, t := range g.m.Tools {
 		out = append(out, t.Info())
@@ -203,6 +207,10 @@ func (g *Gateway) handleTools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) handleRecord(w http.ResponseWriter, r *http.Request) {
+	if _, err := queryOf(r); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
 	rec, err := g.guard.Get(r.Context(), r.PathValue("key"))
 	if err != nil {
 		if airlock.ErrorCode(err) == airlock.CodeNotFound || errors.Is(err, airlock.ErrNotFound) {
@@ -244,7 +252,12 @@ func (g *Gateway) handleSettle(w http.ResponseWriter, r *http.Request) {
 // each at most once; otherwise an invalid_argument error naming the
 // parameter (a repeated one would silently take its first value).
 func queryOf(r *http.Request, names ...string) (url.Values, error) {
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		// The pairs it could read are in q, the others dropped: refused,
+		// since a dropped pair would be read as absent.
+		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "query", "the query cannot be read (%v): separate parameters with &, and escape ; as %%3B", err)
+	}
 	for _, name := range slices.Sorted(maps.Keys(q)) {
 		if len(names) == 0 {
 			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown parameter %q: this request takes no query parameters", name)

@@ -197,6 +197,10 @@ func planFilter(q url.Values) (airlock.PlanFilter, error) {
 }
 
 func (g *Gateway) handlePlan(w http.ResponseWriter, r *http.Request) {
+	if _, err := queryOf(r); err != nil {
+		writeError(w, g.log, err)
+		return
+	}
 	p, err := g.plans.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, g.log, err)
