@@ -113,7 +113,7 @@ func outputOf(a *airlock.Answer, err error) Output {
 	case err != nil:
 		return Output{Status: Refused}
 	}
-	out := Output{Status: string(a.Status), Result: NonceOf(string(a.Result))}
+	out := Output{Status: string(a.Status), Result: NonceOf(string(a.Result)), Repeat: a.Repeat}
 	if a.Plan != nil {
 		out.Plan = string(a.Plan.Status)
 		out.Result = NonceOf(string(a.Plan.Result))
@@ -157,6 +157,7 @@ func answerOf(status int, raw []byte, err error) Output {
 	var a struct {
 		Status string          `json:"status"`
 		Result json.RawMessage `json:"result"`
+		Repeat bool            `json:"repeat"`
 		Plan   *struct {
 			Status string          `json:"status"`
 			Result json.RawMessage `json:"result"`
@@ -172,7 +173,7 @@ func answerOf(status int, raw []byte, err error) Output {
 		}
 		return Output{Status: Refused}
 	}
-	out := Output{Status: a.Status, Result: NonceOf(string(a.Result))}
+	out := Output{Status: a.Status, Result: NonceOf(string(a.Result)), Repeat: a.Repeat}
 	if a.Plan != nil {
 		out.Plan, out.Result = a.Plan.Status, NonceOf(string(a.Plan.Result))
 	}
@@ -241,6 +242,7 @@ func mcpOutput(res *mcp.CallToolResult) Output {
 	var a struct {
 		Status string          `json:"status"`
 		Result json.RawMessage `json:"result"`
+		Repeat bool            `json:"repeat"`
 		Plan   *struct {
 			Status string          `json:"status"`
 			Result json.RawMessage `json:"result"`
@@ -263,7 +265,7 @@ func mcpOutput(res *mcp.CallToolResult) Output {
 	if a.ID != "" && a.Plan == nil { // plan_T answers the plan
 		return Output{Status: "planned", Plan: a.Status, Result: NonceOf(string(a.Result))}
 	}
-	out := Output{Status: a.Status, Result: NonceOf(string(a.Result))}
+	out := Output{Status: a.Status, Result: NonceOf(string(a.Result)), Repeat: a.Repeat}
 	if a.Plan != nil {
 		out.Plan, out.Result = a.Plan.Status, NonceOf(string(a.Plan.Result))
 	}

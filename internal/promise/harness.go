@@ -341,9 +341,15 @@ func (r *run) approvePass(ctx context.Context, hc *http.Client) {
 		return
 	}
 	for _, p := range list.Plans {
+		// A fifth of them are rejected (by their id, so every pass agrees):
+		// their work must never run.
+		verb := "approve"
+		if p.ID[len(p.ID)-1]%5 == 0 {
+			verb = "reject"
+		}
 		for _, tok := range []string{aliceToken, bobToken} {
 			body, _ := json.Marshal(map[string]string{"reason": "checked", "decision_hash": p.DecisionHash})
-			req, _ := http.NewRequestWithContext(ctx, "POST", rep.direct()+"/v1/plans/"+p.ID+"/approve", bytes.NewReader(body))
+			req, _ := http.NewRequestWithContext(ctx, "POST", rep.direct()+"/v1/plans/"+p.ID+"/"+verb, bytes.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+tok)
 			req.Header.Set("Content-Type", "application/json")
 			if resp, err := hc.Do(req); err == nil {
@@ -533,11 +539,7 @@ func (r *run) finalRead(ctx context.Context) error {
 		}
 		if tool.Kind == airlock.KindIrreversible {
 			var list struct {
-				Plans []struct {
-					Status string          `json:"status"`
-					Key    string          `json:"key"`
-					Args   json.RawMessage `json:"args"`
-				} `json:"plans"`
+				Plans []planView `json:"plans"`
 			}
 			if err := getJSON(ctx, hc, rep.direct()+"/v1/plans?tool="+w.tool+"&limit=1000", adminToken, &list); err != nil {
 				return err
@@ -546,6 +548,9 @@ func (r *run) finalRead(ctx context.Context) error {
 				var a Work
 				if json.Unmarshal(p.Args, &a) == nil && a.ID == w.args.ID {
 					out.Plan = p.Status
+					if problem := p.decidedAsItsRuleSays(); problem != "" {
+						problems = append(problems, w.name()+": "+problem)
+					}
 				}
 			}
 		}
@@ -555,9 +560,37 @@ func (r *run) finalRead(ctx context.Context) error {
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("the audit trail disagrees with the record:\n  %s", strings.Join(problems, "\n  "))
+		return fmt.Errorf("the record, its plan and its audit trail disagree:\n  %s", strings.Join(problems, "\n  "))
 	}
 	return nil
+}
+
+// planView is a plan as an admin reads it.
+type planView struct {
+	ID                string          `json:"id"`
+	Status            string          `json:"status"`
+	Args              json.RawMessage `json:"args"`
+	Decision          string          `json:"decision"`
+	ApprovalsRequired int             `json:"approvals_required"`
+	Approvals         []struct {
+		By string `json:"by"`
+	} `json:"approvals"`
+}
+
+// decidedAsItsRuleSays: a plan that was approved (and perhaps carried out)
+// was approved by its rule or by as many distinct people as it asks for.
+func (p *planView) decidedAsItsRuleSays() string {
+	if planRank[p.Status] < planRank["approved"] || p.Status == "rejected" || p.Status == "expired" || p.Status == "withdrawn" || p.Decision == "auto" {
+		return ""
+	}
+	people := map[string]bool{}
+	for _, a := range p.Approvals {
+		people[a.By] = true
+	}
+	if len(people) < max(1, p.ApprovalsRequired) {
+		return fmt.Sprintf("plan %s is %s with %d distinct approvals of the %d its rule asks for", p.ID, p.Status, len(people), max(1, p.ApprovalsRequired))
+	}
+	return ""
 }
 
 // auditAgrees checks a record's audit trail: work that ended has one

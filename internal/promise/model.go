@@ -72,7 +72,14 @@ type Output struct {
 	Result string
 	// Plan is the plan's status where the answer or the read showed one.
 	Plan string
+	// Repeat: the answer says it is the first call's, nothing ran now.
+	Repeat bool
 }
+
+// repeatDoors are the doors whose answers say whether they ran the work
+// (a task's result is the same for every call it follows, so its doors
+// are not among them).
+var repeatDoors = map[string]bool{"library": true, "calls": true, "mcp": true, "mcp-session": true, "claims": true}
 
 // state is one piece of work's state in the model.
 type state struct {
@@ -80,6 +87,7 @@ type state struct {
 	key      string
 	result   string
 	answered bool // a final answer was given: the record is final
+	ran      bool // a final answer said it ran the work (not a repeat)
 	inDoubt  bool // an in-doubt answer was given
 	plan     string
 }
@@ -132,9 +140,18 @@ func step(s state, in Input, out Output) (bool, state) {
 			if s.effects != 1 || s.result != out.Result || s.inDoubt {
 				return false, s // not the first result
 			}
+			if repeatDoors[in.Door] && !out.Repeat {
+				if s.ran {
+					return false, s // two calls each said they ran it
+				}
+				s.ran = true
+			}
 			s.answered = true
 			return true, s
 		case "in_progress":
+			// (Honest while the record is not final: in progress, then
+			// "nothing was done" and no record, is work whose request
+			// never left, released for the next call.)
 			return !s.answered && !s.inDoubt, s
 		case "in_doubt":
 			if s.answered {
@@ -150,9 +167,13 @@ func step(s state, in Input, out Output) (bool, state) {
 		switch out.Plan {
 		case "approved", "committing":
 			return false, s // decided work was lost: approved, never ended
-		case "committed", "failed":
+		case "committed", "failed", "in_doubt":
 			if out.Status != out.Plan && (out.Plan != "committed" || out.Status != "succeeded") {
 				return false, s // the plan and its record disagree
+			}
+		case "awaiting_approval", "rejected", "expired", "withdrawn":
+			if s.effects > 0 {
+				return false, s // work done that nobody approved
 			}
 		}
 		switch out.Status {

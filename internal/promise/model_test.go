@@ -26,6 +26,10 @@ func TestModelRefusesBrokenPromises(t *testing.T) {
 	plan := func(call, ret int64, status, result string) op {
 		return op{call, ret, Input{Kind: Call, Work: w, Door: "plan-calls"}, Output{Status: "planned", Plan: status, Result: result}}
 	}
+	repeat := func(o op) op {
+		o.out.Repeat = true
+		return o
+	}
 	final := func(at int64, status, result, plan string) op {
 		return op{at, at, Input{Kind: Final, Work: w}, Output{Status: status, Result: result, Plan: plan}}
 	}
@@ -34,7 +38,7 @@ func TestModelRefusesBrokenPromises(t *testing.T) {
 		ok   bool
 		ops  []op
 	}{
-		{"one effect, its result to every caller", true, []op{call(1, 4, "succeeded", "fx_a"), effect(2, 3, "k", "fx_a"), call(5, 6, "succeeded", "fx_a"), final(9, "succeeded", "fx_a", "")}},
+		{"one effect, its result to every caller", true, []op{call(1, 4, "succeeded", "fx_a"), effect(2, 3, "k", "fx_a"), repeat(call(5, 6, "succeeded", "fx_a")), final(9, "succeeded", "fx_a", "")}},
 		{"a second effect", false, []op{effect(1, 2, "k", "fx_a"), effect(3, 4, "k", "fx_b")}},
 		{"an answer that is not the first result", false, []op{effect(1, 2, "k", "fx_a"), call(3, 4, "succeeded", "fx_b")}},
 		{"a result nobody produced", false, []op{call(1, 2, "succeeded", "forged")}},
@@ -54,6 +58,12 @@ func TestModelRefusesBrokenPromises(t *testing.T) {
 		{"an effect the record forgot", false, []op{effect(1, 2, "k", "fx_a"), final(3, None, "", "")}},
 		{"a record left running", false, []op{final(1, "running", "", "")}},
 		{"a record whose result is not the effect's", false, []op{effect(1, 2, "k", "fx_a"), final(3, "succeeded", "fx_b", "")}},
+		{"two calls that each say they ran it", false, []op{effect(1, 2, "k", "fx_a"), call(3, 4, "succeeded", "fx_a"), call(5, 6, "succeeded", "fx_a")}},
+		{"one ran it, the other is a repeat", true, []op{effect(1, 2, "k", "fx_a"), call(3, 4, "succeeded", "fx_a"), repeat(call(5, 6, "succeeded", "fx_a"))}},
+		{"work done that nobody approved", false, []op{plan(1, 2, "awaiting_approval", ""), effect(3, 4, "k", "fx_a"), final(5, "succeeded", "fx_a", "awaiting_approval")}},
+		{"work done for a rejected plan", false, []op{effect(1, 2, "k", "fx_a"), final(3, "succeeded", "fx_a", "rejected")}},
+		{"a plan in doubt, its record done", false, []op{effect(1, 2, "k", "fx_a"), final(3, "succeeded", "fx_a", "in_doubt")}},
+		{"a plan in doubt with its record", true, []op{effect(1, 2, "k", "fx_a"), final(3, "in_doubt", "", "in_doubt")}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
