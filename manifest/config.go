@@ -527,7 +527,39 @@ func (m *Manifest) Validate() error {
 	if errors.As(m.ValidateWith(m.checkUpstream), &ve) {
 		v.problems = append(v.problems, ve.Problems...)
 	}
+	m.checkApprovers(v)
 	return v.err()
+}
+
+// checkApprovers refuses, where the manifest lists its static tokens, an
+// approver named without a ':' (a static token's name) that is no
+// approver or admin token: nobody could ever decide as it (ALICE beside
+// alice, a trailing space, an agent's token), and a rule counting on it
+// for its approvals would wait until its plans expire. Without
+// auth.tokens the static tokens are given elsewhere (serve's dev tokens,
+// an embedding program), so names are taken as they are.
+func (m *Manifest) checkApprovers(v *validator) {
+	if len(m.Auth.Tokens) == 0 {
+		return
+	}
+	deciders := map[string]bool{}
+	for _, tok := range m.Auth.Tokens {
+		if tok.Role == airlock.RoleApprover || tok.Role == airlock.RoleAdmin {
+			deciders[tok.Name] = true
+		}
+	}
+	for i, t := range m.Tools {
+		if t.Approval == nil {
+			continue
+		}
+		for j, who := range t.Approval.Approvers {
+			if strings.Contains(who, ":") || deciders[who] {
+				continue
+			}
+			v.add(fmt.Sprintf("tools[%d].approval.approvers[%d]", i, j), "tool %s: %q is no approver or admin token of auth.tokens (static names are exact), so it could never decide; name one of theirs, oidc:NAME, jwt:ISSUER#SUBJECT or group:NAME",
+				t.Name, who)
+		}
+	}
 }
 
 func (a *Auth) validate(v *validator) {

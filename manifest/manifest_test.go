@@ -268,3 +268,45 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		}
 	}
 }
+
+// Where the manifest lists its static tokens, an approver named without a
+// ':' must be one of its approver or admin tokens, exactly: a name in
+// another case, with a space or an invisible character, or an agent's
+// token could never decide.
+func TestApproversAreTokensThatDecide(t *testing.T) {
+	t.Parallel()
+	const src = `version: 1
+auth:
+  tokens:
+    - {name: alice, role: approver, sha256: "` + "aa" + `"}
+    - {name: root, role: admin, sha256: "bb"}
+    - {name: agent1, role: agent, sha256: "cc"}
+tools:
+  - name: pay
+    kind: irreversible
+    input_schema: {type: object, properties: {id: {type: string}}}
+    natural_key: [{field: id}]
+    window: forever
+    answers: {undo: "No.", approver: "People.", on_repeat: "The first."}
+    approval: {approvers: APPROVERS, rules: [{name: r, when: "true", decide: human}]}
+`
+	for approvers, bad := range map[string]string{
+		`[alice, root]`: "",
+		`[alice, "oidc:ana@x.example", "group:ops"]`: "",
+		`[alice, ALICE]`:         `"ALICE"`,
+		`[alice, "alice "]`:      `"alice "`,
+		`[alice, "alice\u200b"]`: `"alice\u200b"`,
+		`[alice, agent1]`:        `"agent1"`,
+	} {
+		text := strings.ReplaceAll(strings.Replace(src, "APPROVERS", approvers, 1), `sha256: "aa"`, `sha256: "`+strings.Repeat("a", 64)+`"`)
+		text = strings.Replace(text, `sha256: "bb"`, `sha256: "`+strings.Repeat("b", 64)+`"`, 1)
+		text = strings.Replace(text, `sha256: "cc"`, `sha256: "`+strings.Repeat("c", 64)+`"`, 1)
+		_, err := manifest.Parse([]byte(text), "test.yaml")
+		switch {
+		case bad == "" && err != nil:
+			t.Errorf("approvers %s: %v; want loaded", approvers, err)
+		case bad != "" && (err == nil || !strings.Contains(err.Error(), "approvers[1]") || !strings.Contains(err.Error(), "could never decide")):
+			t.Errorf("approvers %s: %v; want refused naming %s", approvers, err, bad)
+		}
+	}
+}
