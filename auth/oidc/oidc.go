@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,11 +169,18 @@ func MapClaims(spec *manifest.OIDCSpec, issuer, subject string, claims map[strin
 			return Identity{}, fmt.Errorf("%w: the provider has not verified the email %s", ErrRefused, name)
 		}
 	}
+	fallback := name == ""
 	if name == "" {
 		name, _ = claims["preferred_username"].(string)
 	}
 	if name == "" {
 		name = subject
+	}
+	if fallback && nameClaim == "email" && strings.Contains(name, "@") {
+		// oidc:ana@acme.example is the person whose email the provider
+		// verified as that; a username or subject that reads as an email
+		// would be another principal with the same name.
+		return Identity{}, fmt.Errorf("%w: the provider gave no email, and %q, which reads as one, is not a verified email: names with @ are taken from the email claim only", ErrRefused, name)
 	}
 	if err := airlock.CheckText(nameClaim, name); err != nil {
 		return Identity{}, fmt.Errorf("%w: %w", ErrRefused, err)

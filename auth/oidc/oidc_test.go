@@ -31,6 +31,10 @@ func TestMapClaims(t *testing.T) {
 		{"no group", spec, map[string]any{"email": "bob@x", "groups": []any{"staff"}}, "", "", "bob@x is in no group that may use airlock"},
 		{"no groups claim", spec, map[string]any{"email": "bob@x"}, "", "", "in no group"},
 		{"unverified email", spec, map[string]any{"email": "ana@x", "email_verified": false, "groups": []any{"approvers"}}, "", "", "has not verified the email ana@x"},
+		// A username that reads as an email would name the person whose
+		// email the provider verified as that: the same principal.
+		{"no email, a username like one", spec, map[string]any{"preferred_username": "ana@x", "groups": []any{"approvers"}}, "", "", "names with @ are taken from the email claim only"},
+		{"no email, a subject like one", spec, map[string]any{"groups": []any{"approvers"}, "sub": "x"}, "oidc:sub-1", airlock.RoleApprover, ""},
 		{"a name the log cannot hold", spec, map[string]any{"email": "a\xffb", "groups": []any{"approvers"}}, "", "", "UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
