@@ -217,5 +217,5 @@ func stateOf(k airlock.OutcomeKind) airlock.State {
 
 func errNotHeld() error {
 	return &airlock.Error{Code: airlock.CodeLeaseLost, Field: "claim",
-		Message: "this claim is no longer held (its lease ended, or it was never this caller's); if its work ran, its record is in doubt and is settled as any in-doubt record: do not run the work again"}
+		Message: "this handle holds no claim now: it was never this caller's, or its claim was completed, released as not started, taken over, or put in doubt after its lease ended; do not run the work again — a new call answers what became of it"}
 }
