@@ -272,6 +272,7 @@ func TestJSONInputIsRefusedNamingTheProblem(t *testing.T) {
 		{"args with a long s", "/v1/calls", "application/json", `{"tool":"plan_pay_out","args":{"record_id":"D-8"},"arg\u017f":{"record_id":"D-9"}}`, 400, "invalid_argument", "argſ", "names are exact"},
 		{"wait_seconds in another case", "/v1/commits/next", "application/json", `{"tools":["pay_out"],"Wait_Seconds":30}`, 400, "invalid_argument", "Wait_Seconds", "names are exact"},
 		{"a charset other than UTF-8", "/v1/claims", "application/json; charset=latin-1", `{"tool":"save_note","args":{"record_id":"D-10"}}`, 415, "unsupported_media_type", "Content-Type", "UTF-8"},
+		{"wait_seconds beyond any number", "/v1/commits/next", "application/json", `{"tools":["pay_out"],"wait_seconds":1e400}`, 400, "invalid_argument", "wait_seconds", "beyond any number"},
 		{"wait_seconds as a string", "/v1/commits/next", "application/json", `{"tools":["pay_out"],"wait_seconds":"5"}`, 400, "invalid_argument", "wait_seconds", "a number"},
 		{"a query parameter on a claim", "/v1/claims?dry_run=1", "application/json", `{"tool":"save_note","args":{"record_id":"D-4"}}`, 400, "invalid_argument", "dry_run", "no query parameters"},
 		{"a text body", "/v1/claims", "text/plain", `{"tool":"save_note","args":{"record_id":"D-5"}}`, 415, "unsupported_media_type", "Content-Type", "application/json"},

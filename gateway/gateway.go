@@ -555,6 +555,8 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
 		switch {
+		case errors.As(err, &typeErr) && strings.HasPrefix(typeErr.Value, "number ") && goTypeWord(typeErr.Type.Kind().String()) == "a number":
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, typeErr.Field, "field %q is %s, beyond any number it can hold; nothing was executed", typeErr.Field, strings.TrimPrefix(typeErr.Value, "number "))
 		case errors.As(err, &typeErr):
 			return airlock.FieldErrorf(airlock.CodeInvalidArgument, typeErr.Field, "field %q must be %s, not a JSON %s; nothing was executed", typeErr.Field, goTypeWord(typeErr.Type.Kind().String()), typeErr.Value)
 		case errors.As(err, &syntaxErr):
