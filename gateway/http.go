@@ -268,7 +268,9 @@ func queryOf(r *http.Request, names ...string) (url.Values, error) {
 		if n := len(q[name]); n > 1 {
 			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "given %d times: give %s once", n, name)
 		}
-		if q.Get(name) == "" {
+		if q.Get(name) == "" && name != "after" {
+			// (An empty cursor is the first page, as a client that follows
+			// next_after from "" sends it.)
 			return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "is empty: give %s a value, or leave it out", name)
 		}
 	}

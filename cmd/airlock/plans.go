@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -122,8 +123,19 @@ func (c *planClient) list(ctx context.Context, f airlock.PlanFilter) ([]*airlock
 	var out struct {
 		Plans []*airlock.Plan `json:"plans"`
 	}
-	q := fmt.Sprintf("/v1/plans?status=%s&tool=%s&run=%s", f.Status, f.Tool, f.RunID)
-	return out.Plans, c.do(ctx, "GET", q, nil, &out)
+	// Only the filters given, escaped: the server refuses an empty
+	// parameter rather than read it as absent.
+	q := url.Values{}
+	for name, v := range map[string]string{"status": string(f.Status), "tool": f.Tool, "run": f.RunID} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	path := "/v1/plans"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return out.Plans, c.do(ctx, "GET", path, nil, &out)
 }
 
 func (c *planClient) get(ctx context.Context, id string) (*airlock.Plan, error) {
