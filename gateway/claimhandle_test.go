@@ -15,24 +15,7 @@ import (
 // (400 naming claim) before any store or plan is read.
 func TestClaimHandleShapeFollowsTheToolsKind(t *testing.T) {
 	t.Parallel()
-	m, err := manifest.Parse([]byte(`version: 1
-tools:
-  - name: save_note
-    kind: write
-    input_schema: {type: object, properties: {id: {type: string}}}
-    natural_key: [{field: id}]
-    window: forever
-    upstream: {caller: true}
-    answers: {undo: "yes", approver: "no one", on_repeat: "the first"}
-  - name: pay_out
-    kind: irreversible
-    input_schema: {type: object, properties: {id: {type: string}}}
-    natural_key: [{field: id}]
-    window: forever
-    upstream: {caller: true}
-    answers: {undo: "no", approver: "a person", on_repeat: "the first"}
-    approval: {rules: [{name: all, when: "true", decide: human}]}
-`), "handles.yaml")
+	m, err := manifest.Parse([]byte(handleTestManifest), "handles.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +27,9 @@ tools:
 		handle string
 		ok     bool
 	}{
-		{"a call's handle", claimHandle("save_note", call), true},
+		{"a call's handle", claimHandle("save.note", call), true},
 		{"a commit's handle", claimHandle("pay_out", commit), true},
-		{"a call's handle with a plan id", claimHandle("save_note", commit), false},
+		{"a call's handle with a plan id", claimHandle("save.note", commit), false},
 		{"a commit's handle without its plan id", claimHandle("pay_out", call), false},
 	} {
 		h, err := g.readHandle(tc.handle, "agent-1")

@@ -9,11 +9,9 @@ import (
 	"github.com/airlockhq/airlock/manifest"
 )
 
-// FuzzClaimHandle: a claim handle is read back only when it is one this
-// server could have given (it then writes back to the same bytes); anything
-// else is refused naming the claim, never a panic.
-func FuzzClaimHandle(f *testing.F) {
-	m, err := manifest.Parse([]byte(`version: 1
+// handleTestManifest has a tool run by its caller (whose name holds a dot)
+// and an irreversible one, for the tests of claim handles.
+const handleTestManifest = `version: 1
 tools:
   - name: save.note
     kind: write
@@ -30,7 +28,13 @@ tools:
     upstream: {caller: true}
     answers: {undo: "no", approver: "a person", on_repeat: "the first"}
     approval: {rules: [{name: all, when: "true", decide: human}]}
-`), "fuzz.yaml")
+`
+
+// FuzzClaimHandle: a claim handle is read back only when it is one this
+// server could have given (it then writes back to the same bytes); anything
+// else is refused naming the claim, never a panic.
+func FuzzClaimHandle(f *testing.F) {
+	m, err := manifest.Parse([]byte(handleTestManifest), "fuzz.yaml")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -154,16 +154,7 @@ func answerOf(status int, raw []byte, err error) Output {
 	if err != nil {
 		return Output{Status: Lost}
 	}
-	var a struct {
-		Status string          `json:"status"`
-		Result json.RawMessage `json:"result"`
-		Repeat bool            `json:"repeat"`
-		Plan   *struct {
-			Status string          `json:"status"`
-			Result json.RawMessage `json:"result"`
-		} `json:"plan"`
-		Error *airlock.Error `json:"error"`
-	}
+	var a answerBody
 	if json.Unmarshal(raw, &a) != nil {
 		return Output{Status: Lost}
 	}
@@ -172,6 +163,28 @@ func answerOf(status int, raw []byte, err error) Output {
 			return Output{Status: NotSent}
 		}
 		return Output{Status: Refused}
+	}
+	return a.output()
+}
+
+// answerBody is an answer as the HTTP API and MCP's structured content
+// carry it (an MCP plan_T answers the plan itself: its id and status).
+type answerBody struct {
+	Status string          `json:"status"`
+	Result json.RawMessage `json:"result"`
+	Repeat bool            `json:"repeat"`
+	Plan   *struct {
+		Status string          `json:"status"`
+		Result json.RawMessage `json:"result"`
+	} `json:"plan"`
+	ID    string         `json:"id"`
+	Error *airlock.Error `json:"error"`
+}
+
+// output is the answer as the model reads it.
+func (a *answerBody) output() Output {
+	if a.ID != "" && a.Plan == nil { // the plan itself
+		return Output{Status: "planned", Plan: a.Status, Result: NonceOf(string(a.Result))}
 	}
 	out := Output{Status: a.Status, Result: NonceOf(string(a.Result)), Repeat: a.Repeat}
 	if a.Plan != nil {
@@ -239,17 +252,7 @@ func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
 // nothing was done.
 func mcpOutput(res *mcp.CallToolResult) Output {
 	raw, _ := json.Marshal(res.StructuredContent)
-	var a struct {
-		Status string          `json:"status"`
-		Result json.RawMessage `json:"result"`
-		Repeat bool            `json:"repeat"`
-		Plan   *struct {
-			Status string          `json:"status"`
-			Result json.RawMessage `json:"result"`
-		} `json:"plan"`
-		// A plan answer over MCP is the plan itself.
-		ID string `json:"id"`
-	}
+	var a answerBody
 	if json.Unmarshal(raw, &a) != nil || a.Status == "" {
 		text := ""
 		for _, c := range res.Content {
@@ -262,14 +265,7 @@ func mcpOutput(res *mcp.CallToolResult) Output {
 		}
 		return Output{Status: Refused}
 	}
-	if a.ID != "" && a.Plan == nil { // plan_T answers the plan
-		return Output{Status: "planned", Plan: a.Status, Result: NonceOf(string(a.Result))}
-	}
-	out := Output{Status: a.Status, Result: NonceOf(string(a.Result)), Repeat: a.Repeat}
-	if a.Plan != nil {
-		out.Plan, out.Result = a.Plan.Status, NonceOf(string(a.Plan.Result))
-	}
-	return out
+	return a.output()
 }
 
 // viaClaims is the claims API: claim, run the work at the service,
