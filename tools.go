@@ -1,8 +1,10 @@
 package airlock
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -370,6 +372,16 @@ func (t *Tool) validate(v *validator, p string, m *Catalog) {
 		if typ, _ := t.InputSchema["type"].(string); typ != "object" {
 			v.add(p+".input_schema.type", "tool %s: the input schema must be {type: object, ...}", name)
 		}
+		if t.Kind == KindWrite || t.Kind == KindIrreversible {
+			// Such a tool takes only the arguments it declares
+			// (docs/gateway.md, "Declared arguments only").
+			if ap, ok := t.InputSchema["additionalProperties"]; ok && ap != false {
+				v.add(p+".input_schema.additionalProperties", "tool %s: a tool that changes something takes only the arguments it declares: declare each in properties instead", name)
+			}
+			if path, a, b := foldedPropertyNames(t.InputSchema, ""); a != "" {
+				v.add(p+".input_schema", "tool %s: properties %q and %q of %s differ only by case: a service that matches names without regard to case could read one for the other; give them distinct names", name, a, b, path)
+			}
+		}
 	}
 	for _, d := range []struct {
 		field string
@@ -523,6 +535,32 @@ func (a *Approval) validate(v *validator, p, name string, m *Catalog) {
 			v.add(p+"."+d.field, "tool %s: %v", name, d.d.problem())
 		}
 	}
+}
+
+// foldedPropertyNames finds two property names of one object in schema
+// (at any depth) that are equal under Unicode case folding; the object's
+// path ("" for the top level) and the two names, or "".
+func foldedPropertyNames(schema map[string]any, path string) (where, a, b string) {
+	props, _ := schema["properties"].(map[string]any)
+	names := slices.Sorted(maps.Keys(props))
+	for i, n := range names {
+		for _, m := range names[i+1:] {
+			if strings.EqualFold(n, m) {
+				return cmp.Or(path, "the arguments"), n, m
+			}
+		}
+		if sub, ok := props[n].(map[string]any); ok {
+			if w, x, y := foldedPropertyNames(sub, strings.TrimPrefix(path+"."+n, ".")); x != "" {
+				return w, x, y
+			}
+			if items, ok := sub["items"].(map[string]any); ok {
+				if w, x, y := foldedPropertyNames(items, strings.TrimPrefix(path+"."+n+"[]", ".")); x != "" {
+					return w, x, y
+				}
+			}
+		}
+	}
+	return "", "", ""
 }
 
 // schemaHasPath reports whether a dotted path names a property of a JSON

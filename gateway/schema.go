@@ -24,6 +24,11 @@ type argsSchema struct {
 	covered bool
 	// alwaysFull runs the validator even so (tests compare the two).
 	alwaysFull bool
+	// declaredOnly refuses an argument the schema does not declare, at
+	// any depth where it declares properties: a side-effecting tool's
+	// upstream gets exactly what was keyed, looked up, checked by the rules
+	// and shown (docs/gateway.md, "Declared arguments only").
+	declaredOnly bool
 }
 
 func newArgsSchema(tool *airlock.Tool) (*argsSchema, error) {
@@ -43,7 +48,8 @@ func newArgsSchema(tool *airlock.Tool) (*argsSchema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: input_schema: %w", tool.Name, err)
 	}
-	return &argsSchema{raw: raw, resolved: rs, covered: coveredBySchemaChecks(raw)}, nil
+	declaredOnly := tool.Kind == airlock.KindWrite || tool.Kind == airlock.KindIrreversible
+	return &argsSchema{raw: raw, resolved: rs, covered: coveredBySchemaChecks(raw), declaredOnly: declaredOnly}, nil
 }
 
 // jsonSchemaJSON is the schema as JSON, for MCP tool lists.
@@ -93,6 +99,12 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 			}
 		}
 	}
+	if a.declaredOnly {
+		if path := undeclared(a.raw, args, ""); path != "" {
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, path,
+				"unknown field %q: a tool that changes something takes only the arguments its input_schema declares (the ones keyed, looked up, checked and shown), so that its service cannot read another in their place; nothing was executed", path)
+		}
+	}
 	for name, v := range args {
 		if a.checkField(props, name, v) != nil {
 			// The first bad field by name, whatever the map's order.
@@ -131,6 +143,45 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 		return &airlock.Error{Code: airlock.CodeInvalidArgument, Field: field, Message: "the arguments do not match the tool's input schema: " + msg + "; nothing was executed"}
 	}
 	return nil
+}
+
+// undeclared is the path of the first member of v (by name, at any depth)
+// that schema does not declare, where it declares properties; "" when
+// there is none. An object schema without properties is free-form by its
+// declaration, and so are its members.
+func undeclared(schema map[string]any, v any, prefix string) string {
+	switch x := v.(type) {
+	case map[string]any:
+		props, ok := schema["properties"].(map[string]any)
+		if !ok {
+			return ""
+		}
+		names := make([]string, 0, len(x))
+		for k := range x {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			p, declared := props[k].(map[string]any)
+			if !declared {
+				return prefix + k
+			}
+			if path := undeclared(p, x[k], prefix+k+"."); path != "" {
+				return path
+			}
+		}
+	case []any:
+		items, ok := schema["items"].(map[string]any)
+		if !ok {
+			return ""
+		}
+		for i, e := range x {
+			if path := undeclared(items, e, prefix+strconv.Itoa(i)+"."); path != "" {
+				return path
+			}
+		}
+	}
+	return ""
 }
 
 // checkField checks one argument against its property: known (where

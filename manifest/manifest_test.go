@@ -310,3 +310,42 @@ tools:
 		}
 	}
 }
+
+// A tool that changes something takes only the arguments it declares: a
+// schema that allows others, or two properties that differ only by case
+// (which a service matching names without regard to case reads as one),
+// is refused at load.
+func TestSideEffectingToolsDeclareTheirArguments(t *testing.T) {
+	t.Parallel()
+	const src = `version: 1
+tools:
+  - name: pay
+    kind: KIND
+    input_schema: SCHEMA
+    natural_key: [{field: id}]
+    window: forever
+    answers: {undo: "No.", approver: "People.", on_repeat: "The first."}
+`
+	for _, c := range []struct {
+		kind, schema, want string
+	}{
+		{"write", `{type: object, properties: {id: {type: string}}, additionalProperties: true}`, "input_schema.additionalProperties"},
+		{"write", `{type: object, properties: {id: {type: string}}, additionalProperties: {type: string}}`, "declare each in properties"},
+		{"write", `{type: object, properties: {id: {type: string}, Id: {type: string}}}`, `"Id" and "id"`},
+		{"write", `{type: object, properties: {id: {type: string}, payee: {type: object, properties: {account: {type: string}, ACCOUNT: {type: string}}}}}`, "of payee differ only by case"},
+		{"write", `{type: object, properties: {id: {type: string}}, additionalProperties: false}`, ""},
+		{"read", `{type: object, properties: {id: {type: string}, Id: {type: string}}, additionalProperties: true}`, ""},
+	} {
+		text := strings.NewReplacer("KIND", c.kind, "SCHEMA", c.schema).Replace(src)
+		if c.kind == "read" {
+			text = strings.Replace(strings.Replace(text, "    natural_key: [{field: id}]\n    window: forever\n", "", 1), `    answers: {undo: "No.", approver: "People.", on_repeat: "The first."}`+"\n", "", 1)
+		}
+		_, err := manifest.Parse([]byte(text), "test.yaml")
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s %s: %v; want loaded", c.kind, c.schema, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s %s: %v; want refused with %q", c.kind, c.schema, err, c.want)
+		}
+	}
+}
