@@ -586,7 +586,9 @@ func exactMemberNames(body []byte, v any) error {
 	if names == nil {
 		return nil
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	dec := nameDecoders.Get().(*jsontext.Decoder)
+	defer nameDecoders.Put(dec)
+	dec.Reset(bytes.NewReader(body))
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil // not an object: the decoder says what it is
 	}
@@ -610,6 +612,9 @@ func exactMemberNames(body []byte, v any) error {
 	}
 	return nil
 }
+
+// nameDecoders are exactMemberNames' decoders, kept between requests.
+var nameDecoders = sync.Pool{New: func() any { return jsontext.NewDecoder(bytes.NewReader(nil)) }}
 
 // fieldNamesOf caches the JSON names of request types' fields.
 var fieldNamesOf sync.Map // reflect.Type → map[string]bool

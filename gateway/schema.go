@@ -156,6 +156,9 @@ func undeclared(schema map[string]any, v any, prefix string) string {
 		if !ok {
 			return ""
 		}
+		if allDeclared(props, x) {
+			return "" // the common case, without sorting
+		}
 		names := make([]string, 0, len(x))
 		for k := range x {
 			names = append(names, k)
@@ -182,6 +185,24 @@ func undeclared(schema map[string]any, v any, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// allDeclared reports whether every member of x, at every depth, is
+// declared by props.
+func allDeclared(props, x map[string]any) bool {
+	for k, v := range x {
+		p, ok := props[k].(map[string]any)
+		if !ok {
+			return false
+		}
+		switch v.(type) {
+		case map[string]any, []any:
+			if undeclared(p, v, "") != "" {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkField checks one argument against its property: known (where
