@@ -42,7 +42,18 @@ func CheckRunID(runID string, max int) error {
 	if len(runID) > max {
 		return FieldErrorf(CodeInvalidArgument, "run_id", "is %d bytes; a run id is at most %d bytes (limits.run_id_bytes; nothing was executed)", len(runID), max)
 	}
-	return CheckText("run_id", runID)
+	if err := CheckText("run_id", runID); err != nil {
+		return err
+	}
+	// A control character (C0, DEL, C1) in a run id rewrites a terminal
+	// that prints it (airlock plans list) and hides in a page: a run id is
+	// a name, not text to lay out.
+	for i, r := range runID {
+		if r < 0x20 || r >= 0x7f && r < 0xa0 {
+			return FieldErrorf(CodeInvalidArgument, "run_id", "holds the control character U+%04X at byte %d; a run id is a name without control characters (nothing was executed)", r, i)
+		}
+	}
+	return nil
 }
 
 func firstInvalidUTF8(b []byte) int {

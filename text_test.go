@@ -55,6 +55,12 @@ func TestCheckRunID(t *testing.T) {
 		{"over a configured cap", strings.Repeat("r", 33), 32, "at most 32 bytes"},
 		{"NUL", "run\x00", 0, "NUL"},
 		{"invalid UTF-8", "run\xff", 0, "not valid UTF-8 at byte 3"},
+		// Control characters rewrite the terminal that prints a run id.
+		{"an escape", "run\x1b[2K", 0, "control character U+001B at byte 3"},
+		{"a carriage return", "run-1\rrun-2", 0, "U+000D"},
+		{"a C1 control", "run\u0085", 0, "U+0085"},
+		{"DEL", "run\x7f", 0, "U+007F"},
+		{"letters of any script", "läuft-走る-1", 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
