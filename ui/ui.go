@@ -524,11 +524,16 @@ type queueRow struct {
 	Work, Facts string
 }
 
+// badCursor is what a page whose position (?after=) is not one this
+// server gave says: the request's text is never shown back (a link could
+// put words in the page's mouth).
+const badCursor = "This page's position in the list is not one this page gave. Start again from the first page."
+
 func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
 	after := r.URL.Query().Get("after")
 	plans, err := u.cfg.Store.ListPlans(r.Context(), airlock.PlanFilter{Status: airlock.PlanAwaitingApproval, After: after, Limit: queuePage})
 	if airlock.ErrorCode(err) == airlock.CodeInvalidArgument {
-		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, err.Error())
+		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, badCursor)
 		return
 	}
 	if err != nil {
@@ -714,7 +719,7 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 	f := airlock.RecordFilter{State: airlock.StateInDoubt, After: r.URL.Query().Get("after"), Limit: pageSize}
 	recs, err := u.cfg.Store.ListRecords(r.Context(), f)
 	if airlock.ErrorCode(err) == airlock.CodeInvalidArgument {
-		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, err.Error())
+		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, badCursor)
 		return
 	}
 	if err != nil {

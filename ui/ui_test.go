@@ -351,3 +351,35 @@ func TestSignInFormsAndPlans(t *testing.T) {
 		t.Errorf("after signing out: %d %v", code, h.Get("Location"))
 	}
 }
+
+// A list page whose position (?after=) is not one the page gave says so in
+// its own words: the request's text is never shown back, so a link cannot
+// put words in the page's mouth.
+func TestABadPagePositionIsNotEchoed(t *testing.T) {
+	t.Parallel()
+	m, s, g, plans := pageDeps(t, pageManifest)
+	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans,
+		Authenticate: func(token string) (ui.Principal, bool) {
+			return ui.Principal{Name: token, Role: airlock.RoleAdmin}, true
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	signInAs(t, c, srv.URL, "ana")
+	const words = "Approved by the CEO, call 555-0100"
+	for _, path := range []string{"/ui/?after=", "/ui/in-doubt?after="} {
+		resp, err := c.Get(srv.URL + path + url.QueryEscape(words))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "CEO") || !strings.Contains(string(b), "Start again from the first page") {
+			t.Errorf("%s with words of a link's making: %d; want 400 in the page's own words, without them:\n%s", path, resp.StatusCode, b)
+		}
+	}
+}
