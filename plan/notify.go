@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -83,7 +84,7 @@ func (s *Service) Announce(ctx context.Context, planID string) error {
 		"event_id": id,
 		"event":    EventPlanWaiting,
 		"text": fmt.Sprintf("airlock: plan %s for %s waits for a person (rule %s). Arguments: %s. Facts: %s. Expires %s.",
-			p.ID, p.Tool, ruleOrNone(p.Rule), p.Args, factsOrNone(p), p.ExpiresAt.Format(time.RFC3339)),
+			p.ID, p.Tool, noticeText(ruleOrNone(p.Rule)), noticeText(string(p.Args)), noticeText(factsOrNone(p)), p.ExpiresAt.Format(time.RFC3339)),
 		"plan": p,
 	})
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -120,6 +121,21 @@ func ruleOrNone(r string) string {
 		return "none held"
 	}
 	return r
+}
+
+// maxNoticePart bounds each agent-made part of a notice's text (the
+// arguments, the facts): a notice is read in a chat, and the whole plan
+// is in its "plan" member and on the page.
+const maxNoticePart = 500
+
+// noticeText is agent-made text as a Slack-compatible notice shows it:
+// bounded (with its full length said), and with &, < and > escaped as
+// Slack asks, so that it cannot make a link or a mention (<!channel>).
+func noticeText(s string) string {
+	if len(s) > maxNoticePart {
+		s = fmt.Sprintf("%s (%d bytes in all)", airlock.Shorten(s, maxNoticePart), len(s))
+	}
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
 func factsOrNone(p *airlock.Plan) string {

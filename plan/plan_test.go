@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -473,6 +474,31 @@ func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 		if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); d.header.Get(plan.HeaderSignature) != want {
 			t.Fatalf("signature %q, want %q", d.header.Get(plan.HeaderSignature), want)
 		}
+	}
+	// Agent-made text is bounded and cannot make a link or a mention in a
+	// Slack-compatible channel.
+	long := "<!channel> <https://evil.example|the ledger> " + strings.Repeat("x", 2000)
+	l.mu.Lock()
+	l.amounts[long] = 250000 // for a person: announced
+	l.mu.Unlock()
+	q, _, err := svc.Propose(ctx, m.Tool("approve_withdrawal"), airlock.MustArgs(`{"record_id":`+strconv.Quote(long)+`}`), "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Announce(ctx, q.ID); err != nil || q.Status != airlock.PlanAwaitingApproval {
+		t.Fatalf("announce %+v: %v", q.Status, err)
+	}
+	var d delivery
+	select {
+	case d = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice of the plan with agent-made text")
+	}
+	var body map[string]any
+	_ = json.Unmarshal(d.body, &body)
+	text, _ := body["text"].(string)
+	if strings.ContainsAny(text, "<>") || !strings.Contains(text, "&lt;!channel&gt;") || len(text) > 2000 || !strings.Contains(text, "bytes in all") {
+		t.Fatalf("a notice of agent-made text (%d bytes): %q", len(text), text)
 	}
 	refuse.Store(true)
 	var we *plan.WebhookError
