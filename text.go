@@ -173,6 +173,13 @@ func CheckJSONNames(prefix string, raw []byte) error {
 		return nil // the common case: valid, no name twice; no allocation
 	}
 	_, err := jsontext.NewDecoder(bytes.NewReader(raw)).ReadValue()
+	return DuplicateNameError(prefix, err)
+}
+
+// DuplicateNameError is CheckJSONNames' error for err, a jsontext decoder's
+// error, when err is a member named twice; nil for any other error (for a
+// caller that walks the value with its own decoder).
+func DuplicateNameError(prefix string, err error) error {
 	var se *jsontext.SyntacticError
 	if !errors.Is(err, jsontext.ErrDuplicateName) || !errors.As(err, &se) {
 		return nil

@@ -543,10 +543,7 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	if err := airlock.CheckJSONEncoding("body", body); err != nil {
 		return err
 	}
-	if err := airlock.CheckJSONNames("", body); err != nil {
-		return err
-	}
-	if err := exactMemberNames(body, v); err != nil {
+	if err := checkMemberNames(body, v); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -575,16 +572,19 @@ func (g *Gateway) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	return nil
 }
 
-// exactMemberNames refuses a member of the body's object whose name is not
-// exactly one of v's fields: encoding/json matches names without regard
-// to case (and folds ſ to s), the last match winning, so {"tool":
-// "save_note","TOOL":"charge"} would run what a reader of exact names — a
-// proxy, a log, another language — sees as save_note. Nested values are
-// kept raw (args, result), so the top level is all there is to check.
-func exactMemberNames(body []byte, v any) error {
+// checkMemberNames refuses, in one pass over the body, a member named
+// twice at any depth (airlock.CheckJSONNames) and a member of the body's
+// object whose name is not exactly one of v's fields: encoding/json
+// matches names without regard to case (and folds ſ to s), the last match
+// winning, so {"tool":"save_note","TOOL":"charge"} would run what a
+// reader of exact names — a proxy, a log, another language — sees as
+// save_note. Nested values are kept raw (args, result), so the top level
+// is all there is to match against v. Other faults are the decoder's to
+// report.
+func checkMemberNames(body []byte, v any) error {
 	names := fieldNames(reflect.TypeOf(v))
 	if names == nil {
-		return nil
+		return airlock.CheckJSONNames("", body)
 	}
 	dec := nameDecoders.Get().(*jsontext.Decoder)
 	defer nameDecoders.Put(dec)
@@ -595,7 +595,7 @@ func exactMemberNames(body []byte, v any) error {
 	for dec.PeekKind() == '"' {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return nil
+			return airlock.DuplicateNameError("", err)
 		}
 		name := tok.String()
 		if !names[name] {
@@ -607,7 +607,7 @@ func exactMemberNames(body []byte, v any) error {
 			return airlock.FieldErrorf(airlock.CodeInvalidArgument, name, "unknown field %q in the request body; nothing was executed", name)
 		}
 		if err := dec.SkipValue(); err != nil {
-			return nil
+			return airlock.DuplicateNameError("", err)
 		}
 	}
 	return nil
@@ -674,13 +674,13 @@ func jsonMediaType(contentType string) error {
 		return nil
 	}
 	mt, params, err := mime.ParseMediaType(contentType)
-	json := err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json") && len(mt) > len("application/+json"))
-	if cs, ok := params["charset"]; json && ok && !strings.EqualFold(cs, "utf-8") {
+	isJSON := err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json") && len(mt) > len("application/+json"))
+	if cs, ok := params["charset"]; isJSON && ok && !strings.EqualFold(cs, "utf-8") {
 		// Read as UTF-8 whatever it says, the text would be other text to
 		// a proxy that decodes it by its label.
 		return airlock.FieldErrorf(airlock.CodeUnsupportedMedia, "Content-Type", "the body's charset is %q: send JSON as UTF-8 (charset=utf-8, or none); nothing was executed", cs)
 	}
-	if json {
+	if isJSON {
 		return nil
 	}
 	return airlock.FieldErrorf(airlock.CodeUnsupportedMedia, "Content-Type", "the body's Content-Type is %q: send it as JSON, with Content-Type: application/json; nothing was executed", contentType)
