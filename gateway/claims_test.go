@@ -235,6 +235,8 @@ func TestCompletionWithResultOmitted(t *testing.T) {
 	for body, field := range map[string]string{
 		`{"outcome":"succeeded","result_omitted":true,"result":{"x":1}}`: "result_omitted",
 		`{"outcome":"unknown","result_omitted":true}`:                    "result_omitted",
+		// A result named twice: the record would keep whichever a reader picks.
+		`{"outcome":"succeeded","result":{"paid":"A","paid":"B"}}`: "result.paid",
 	} {
 		if st, out := s.post(agent1Token, "/v1/claims/"+handle+"/complete", body); st != http.StatusBadRequest {
 			t.Fatalf("%s: %d %v; want 400 naming %s", body, st, out, field)
