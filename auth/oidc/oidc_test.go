@@ -34,7 +34,6 @@ func TestMapClaims(t *testing.T) {
 		// A username that reads as an email would name the person whose
 		// email the provider verified as that: the same principal.
 		{"no email, a username like one", spec, map[string]any{"preferred_username": "ana@x", "groups": []any{"approvers"}}, "", "", "names with @ are taken from the email claim only"},
-		{"no email, a subject like one", spec, map[string]any{"groups": []any{"approvers"}, "sub": "x"}, "oidc:sub-1", airlock.RoleApprover, ""},
 		{"a name the log cannot hold", spec, map[string]any{"email": "a\xffb", "groups": []any{"approvers"}}, "", "", "UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,5 +49,16 @@ func TestMapClaims(t *testing.T) {
 				t.Fatalf("got %+v %v; want %s %s", id, err, tc.wantName, tc.wantRole)
 			}
 		})
+	}
+}
+
+// With no email and no username the subject names the person; a subject
+// that reads as an email is refused like such a username.
+func TestMapClaimsRefusesASubjectThatReadsAsAnEmail(t *testing.T) {
+	t.Parallel()
+	spec := &manifest.OIDCSpec{Roles: map[string]string{"approvers": airlock.RoleApprover}}
+	_, err := oidc.MapClaims(spec, "https://idp", "ana@x", map[string]any{"groups": []any{"approvers"}})
+	if !errors.Is(err, oidc.ErrRefused) || !strings.Contains(err.Error(), "names with @ are taken from the email claim only") {
+		t.Fatalf("subject ana@x with no email: %v; want refused", err)
 	}
 }
