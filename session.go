@@ -10,14 +10,23 @@ import (
 // reaches them all; the cookie's value itself is never stored, only its
 // SHA-256 (a copy of the table signs no one in).
 type PageSession struct {
-	ID        string    // hex SHA-256 of the cookie's value
-	Name      string    // who: the token's name, or the person's identity from the identity provider
-	Role      string    // RoleApprover or RoleAdmin
-	Subject   string    // the identity provider's issuer and subject ("" for a token)
-	Groups    []string  // the person's groups from the identity provider (approval.approvers)
-	CSRF      string    // the token every form of the session carries
-	Flash     string    // the message the session's next page shows once
-	CreatedAt time.Time //
+	ID      string   // hex SHA-256 of the cookie's value
+	Name    string   // who: the token's name, or the person's identity from the identity provider
+	Role    string   // RoleApprover or RoleAdmin
+	Subject string   // the identity provider's issuer and subject ("" for a token)
+	Groups  []string // the person's groups from the identity provider (approval.approvers)
+	// Credential names the token that opened the session without being it
+	// (a fingerprint of its hash; "" for a sign-in through the provider):
+	// the page ends the session once no token of the configuration has it
+	// (docs/hardening.md, "page sessions").
+	Credential string
+	CSRF       string    // the token every form of the session carries
+	Flash      string    // the message the session's next page shows once
+	CreatedAt  time.Time //
+	// RenewAt is when the identity provider must confirm the person and
+	// their groups again before the session decides anything (a token's
+	// session: ExpiresAt, its credential being checked on every request).
+	RenewAt   time.Time
 	ExpiresAt time.Time // the session is gone after this
 }
 
@@ -30,10 +39,14 @@ func (s *PageSession) Validate() error {
 		return FieldErrorf(CodeInvalidArgument, "name", "required: who signed in")
 	case s.Role != RoleApprover && s.Role != RoleAdmin:
 		return FieldErrorf(CodeInvalidArgument, "role", "%q cannot sign in to the page: want approver or admin", s.Role)
+	case (s.Credential == "") == (s.Subject == ""):
+		return FieldErrorf(CodeInvalidArgument, "credential", "want exactly one of credential (a token's session) and subject (a sign-in through the identity provider)")
 	case s.CSRF == "":
 		return FieldErrorf(CodeInvalidArgument, "csrf", "required")
 	case !s.ExpiresAt.After(s.CreatedAt):
 		return FieldErrorf(CodeInvalidArgument, "expires_at", "must be after created_at")
+	case s.RenewAt.Before(s.CreatedAt) || s.RenewAt.After(s.ExpiresAt):
+		return FieldErrorf(CodeInvalidArgument, "renew_at", "must be from created_at to expires_at")
 	}
 	return CheckText("name", s.Name)
 }

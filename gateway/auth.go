@@ -124,13 +124,37 @@ func (g *Gateway) challenge(err error, tokenGiven bool) string {
 // Authenticate maps a bearer token to its principal among tokens (the
 // gateway's and the page's sign-in share it).
 func Authenticate(tokens []Token, token string) (Principal, bool) {
+	t, ok := TokenOf(tokens, token)
+	return Principal{Name: t.Name, Role: t.Role}, ok
+}
+
+// TokenOf is the entry of tokens that token is.
+func TokenOf(tokens []Token, token string) (Token, bool) {
 	sum := HashToken(strings.TrimSpace(token))
 	for _, t := range tokens {
 		if subtle.ConstantTimeCompare(sum[:], t.SHA256[:]) == 1 {
-			return Principal{Name: t.Name, Role: t.Role}, true
+			return t, true
 		}
 	}
-	return Principal{}, false
+	return Token{}, false
+}
+
+// Credential names t's secret without being it or its stored hash: what
+// a page session opened with t keeps, so that it ends once no token has
+// it — the token rotated or removed (docs/hardening.md, "page sessions").
+func (t Token) Credential() string {
+	sum := sha256.Sum256(append([]byte("airlock page session\x00"), t.SHA256[:]...))
+	return hex.EncodeToString(sum[:16])
+}
+
+// ByCredential is the token of tokens whose Credential is credential.
+func ByCredential(tokens []Token, credential string) (Token, bool) {
+	for _, t := range tokens {
+		if subtle.ConstantTimeCompare([]byte(t.Credential()), []byte(credential)) == 1 {
+			return t, true
+		}
+	}
+	return Token{}, false
 }
 
 // require wraps a handler so that only the given roles reach it.

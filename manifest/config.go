@@ -369,7 +369,19 @@ type OIDCSpec struct {
 	// Label is the sign-in button's text. Default "Sign in with single
 	// sign-on".
 	Label string `yaml:"label" json:"label,omitempty"`
+	// Recheck is how long the provider's word on a person holds: after it,
+	// the page sends the person through the provider again before showing
+	// or deciding anything, and a person it no longer names, or whose
+	// groups no longer make an approver, is signed out. Default 10m; from
+	// 1m to 8h (docs/hardening.md, "page sessions").
+	Recheck airlock.Duration `yaml:"recheck" json:"recheck,omitzero"`
 }
+
+// DefaultOIDCRecheck is how long the provider's word holds by default.
+const DefaultOIDCRecheck = 10 * time.Minute
+
+// RecheckOr is Recheck or its default.
+func (o *OIDCSpec) RecheckOr() time.Duration { return cmp.Or(o.Recheck.Duration, DefaultOIDCRecheck) }
 
 // ScopesOr returns the scopes asked for, openid always among them.
 func (o *OIDCSpec) ScopesOr() []string {
@@ -414,6 +426,12 @@ func (o *OIDCSpec) validate(v *validator) {
 		v.add(p+".redirect_url", "required: airlock's public URL followed by %s", OIDCCallbackPath)
 	} else if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.Path != OIDCCallbackPath {
 		v.add(p+".redirect_url", "%q is not an http(s) URL ending in %s", o.RedirectURL, OIDCCallbackPath)
+	}
+	switch d := o.Recheck; {
+	case d.Err() != nil:
+		v.add(p+".recheck", "%v", d.Err())
+	case d.Raw() != "" && (d.Duration < time.Minute || d.Duration > 8*time.Hour):
+		v.add(p+".recheck", "must be from 1m to 8h, not %s", d.Raw())
 	}
 	if len(o.Roles) == 0 {
 		v.add(p+".roles", "required: which values of the %s claim make an approver or an admin", o.RolesClaimOr())

@@ -146,7 +146,7 @@ var typeNames = map[string]string{
 	"manifest.Notify":      "notify (webhook, secret_env)",
 	"airlock.Calendar":     "calendar (timezone, cutoff, holidays)",
 	"manifest.Auth":        "auth (tokens, trusted_proxies, oidc, resource, issuers)",
-	"manifest.OIDCSpec":    "auth.oidc (issuer, client_id, client_secret_env, redirect_url, scopes, name_claim, roles_claim, roles, label)",
+	"manifest.OIDCSpec":    "auth.oidc (issuer, client_id, client_secret_env, redirect_url, scopes, name_claim, roles_claim, roles, label, recheck)",
 	"manifest.IssuerSpec":  "an issuer (issuer, jwks_url, audience, name_claim, roles_claim, roles, role, clock_skew)",
 	"manifest.TokenSpec":   "a token (name, role, sha256, env)",
 	"manifest.Upstream":    "an upstream (http, mcp, honors_idempotency_key)",

@@ -23,7 +23,15 @@ func (u *UI) ssoStart(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusBadGateway, "signin", "Sign in", nil, "The identity provider cannot be reached; try again, or sign in with a token.")
 		return
 	}
-	value := f.State + "." + f.Nonce + "." + f.Verifier
+	// The flow names the browser's session, if it has one, for the
+	// callback to end: the callback comes from the provider's site, and
+	// the session's SameSite=Strict cookie does not come with it. A
+	// sign-in the provider now refuses must not leave the old one behind.
+	old := ""
+	if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
+		old = sessionKey(c.Value)
+	}
+	value := f.State + "." + f.Nonce + "." + f.Verifier + "." + old
 	mac, err := u.mac(r.Context(), "oidc-flow", value)
 	if err != nil {
 		u.fail(w, r, err)
@@ -34,21 +42,22 @@ func (u *UI) ssoStart(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, to, http.StatusFound)
 }
 
-// flowOf is the flow of the request's cookie, when a replica made it.
-func (u *UI) flowOf(r *http.Request) (oidc.Flow, bool) {
+// flowOf is the flow of the request's cookie, when a replica made it, and
+// the id of the session the browser had when it started ("" for none).
+func (u *UI) flowOf(r *http.Request) (f oidc.Flow, old string, ok bool) {
 	c, err := r.Cookie(flowCookie)
 	if err != nil {
-		return oidc.Flow{}, false
+		return oidc.Flow{}, "", false
 	}
 	parts := strings.Split(c.Value, ".")
-	if len(parts) != 4 {
-		return oidc.Flow{}, false
+	if len(parts) != 5 {
+		return oidc.Flow{}, "", false
 	}
-	want, err := u.mac(r.Context(), "oidc-flow", strings.Join(parts[:3], "."))
-	if err != nil || !hmac.Equal([]byte(parts[3]), []byte(want)) {
-		return oidc.Flow{}, false
+	want, err := u.mac(r.Context(), "oidc-flow", strings.Join(parts[:4], "."))
+	if err != nil || !hmac.Equal([]byte(parts[4]), []byte(want)) {
+		return oidc.Flow{}, "", false
 	}
-	return oidc.Flow{State: parts[0], Nonce: parts[1], Verifier: parts[2]}, true
+	return oidc.Flow{State: parts[0], Nonce: parts[1], Verifier: parts[2]}, parts[3], true
 }
 
 func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +72,7 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusUnauthorized, "signin", "Sign in", nil, msg)
 		return
 	}
-	f, ok := u.flowOf(r)
+	f, old, ok := u.flowOf(r)
 	if !ok || q.Get("state") == "" || !hmac.Equal([]byte(q.Get("state")), []byte(f.State)) || q.Get("code") == "" {
 		u.render(w, r, http.StatusBadRequest, "signin", "Sign in", nil, "This sign-in expired or was started in another browser. Try again.")
 		return
@@ -76,6 +85,14 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, oidc.ErrRefused) {
 		u.cfg.Throttle.Fail(addr, "signin")
 		u.log.Warn("airlock ui: single sign-on refused", "err", err)
+		// A renewal refused (the person left the approvers' group, say)
+		// ends the session it was renewing.
+		if old != "" {
+			if err := u.cfg.Store.DeleteSession(r.Context(), old); err != nil {
+				u.fail(w, r, err)
+				return
+			}
+		}
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, strings.TrimPrefix(err.Error(), oidc.ErrRefused.Error()+": ")+".")
 		return
 	}
@@ -85,6 +102,12 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.cfg.Throttle.Succeed(addr)
+	if old != "" {
+		if err := u.cfg.Store.DeleteSession(r.Context(), old); err != nil {
+			u.fail(w, r, err)
+			return
+		}
+	}
 	if !u.startSession(w, r, Principal{Name: id.Name, Role: id.Role, Groups: id.Groups}, id.Subject) {
 		return
 	}

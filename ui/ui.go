@@ -49,6 +49,9 @@ var files embed.FS
 type Principal struct {
 	Name, Role string
 	Groups     []string
+	// Credential names the token that signed in without being it
+	// (gateway.Token.Credential); Config.Current maps it back.
+	Credential string
 }
 
 // Config configures the UI.
@@ -57,8 +60,15 @@ type Config struct {
 	Store    Store              // required (the lists and the figures)
 	Guard    *guard.Guard       // required (settling)
 	Plans    *plan.Service      // required (deciding)
-	// Authenticate maps a bearer token to its principal.
+	// Authenticate maps a bearer token to its principal, its Credential
+	// set.
 	Authenticate func(token string) (Principal, bool)
+	// Current maps a session's credential to the principal it names as the
+	// configuration now stands; false when no token has it (rotated or
+	// removed). Every request of a token's session asks it, and the
+	// session ends when it no longer names the session's person with a
+	// role that may use the page. Required with Authenticate.
+	Current func(credential string) (Principal, bool)
 	// Reconcile asks the tool's reconcile_with read tool about an in-doubt
 	// record, to show its answer beside the record. Default: none (the page
 	// shows the record only).
@@ -148,6 +158,9 @@ const cookieName = "airlock_session"
 func New(cfg Config) (*UI, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
+	}
+	if cfg.Authenticate != nil && cfg.Current == nil {
+		return nil, errors.New("ui: Config.Current is required with Config.Authenticate (a session must end with its token)")
 	}
 	if cfg.Throttle == nil {
 		cfg.Throttle = noThrottle{}
@@ -302,10 +315,70 @@ func (u *UI) signed(next http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, "sign in first", http.StatusUnauthorized)
 			return
 		}
+		if why := u.recheck(s); why != "" {
+			u.endSession(w, r, s, why)
+			return
+		}
+		if !u.cfg.Clock.Now().Before(s.RenewAt) {
+			// The provider's word on the person has run out (a token's
+			// session never gets here: its RenewAt is its expiry).
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/ui/oidc/start", http.StatusSeeOther)
+				return
+			}
+			u.signinForm(w, r, http.StatusUnauthorized, "Your sign-in must be confirmed by the identity provider again before you decide: nothing was done. Sign in, then decide again.")
+			return
+		}
 		ctx := context.WithValue(r.Context(), ctxKey{}, s)
 		ctx = airlock.WithActor(ctx, s.Name)
 		next(w, r.WithContext(ctx))
 	}
+}
+
+// recheck holds session s against the configuration as it now stands and
+// sets its role to the one its credential or groups give now; "" when it
+// may go on, else why it has ended (docs/hardening.md, "page sessions").
+func (u *UI) recheck(s *airlock.PageSession) string {
+	switch {
+	case s.Credential != "":
+		if u.cfg.Current == nil {
+			return "the page no longer signs in with tokens"
+		}
+		p, ok := u.cfg.Current(s.Credential)
+		if !ok || p.Name != s.Name {
+			return "the token it was made with was changed or removed"
+		}
+		if p.Role != airlock.RoleApprover && p.Role != airlock.RoleAdmin {
+			return fmt.Sprintf("its token's role is now %s, which may not use the page", p.Role)
+		}
+		s.Role = p.Role
+	case s.Subject != "":
+		spec := u.cfg.Manifest.Auth.OIDC
+		if u.cfg.SSO == nil || spec == nil || !strings.HasPrefix(s.Subject, spec.Issuer+"#") {
+			return "sign-in through that identity provider is no longer configured"
+		}
+		role := oidc.RoleOf(spec, s.Groups)
+		if role == "" {
+			return "your groups no longer make you an approver or an admin (auth.oidc.roles)"
+		}
+		s.Role = role
+	default:
+		// Made before sessions were bound to what opened them.
+		return "it was made before sessions were bound to their credential"
+	}
+	return ""
+}
+
+// endSession ends session s for why: deleted on every replica, its cookie
+// cleared, and the sign-in form says why.
+func (u *UI) endSession(w http.ResponseWriter, r *http.Request, s *airlock.PageSession, why string) {
+	if err := u.cfg.Store.DeleteSession(r.Context(), s.ID); err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.secure(r)})
+	u.log.Info("airlock ui: session ended", "name", s.Name, "why", why)
+	u.signinForm(w, r, http.StatusUnauthorized, "Your sign-in has ended: "+why+". Nothing was done; sign in again.")
 }
 
 // clientAddr is the address a request came from.
@@ -371,6 +444,11 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 }
 
 func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
+	u.signinForm(w, r, http.StatusOK, "")
+}
+
+// signinForm answers the sign-in form with status and msg.
+func (u *UI) signinForm(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	// A pre-session token protects the sign-in form itself (login CSRF).
 	// The cookie carries it with the server's MAC, so that a value the
 	// client made up is not taken for one.
@@ -381,7 +459,7 @@ func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: "airlock_pre", Value: pre + "." + mac, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.secure(r), MaxAge: 600})
-	u.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"CSRF": pre}, "")
+	u.render(w, r, status, "signin", "Sign in", map[string]any{"CSRF": pre}, msg)
 }
 
 // key is the MAC key of the pre-session tokens, the same on every replica
@@ -491,8 +569,21 @@ func (u *UI) startSession(w http.ResponseWriter, r *http.Request, p Principal, s
 	}
 	value := randomHex(32)
 	now := u.cfg.Clock.Now().UTC()
+	expires := now.Add(u.cfg.SessionTTL)
+	renew := expires
+	if subject != "" {
+		// The provider's word holds for auth.oidc.recheck; the person is
+		// then sent through the provider again.
+		recheck := manifest.DefaultOIDCRecheck
+		if spec := u.cfg.Manifest.Auth.OIDC; spec != nil {
+			recheck = spec.RecheckOr()
+		}
+		if at := now.Add(recheck); at.Before(expires) {
+			renew = at
+		}
+	}
 	err := u.cfg.Store.CreateSession(r.Context(), &airlock.PageSession{ID: sessionKey(value), Name: p.Name, Role: p.Role, Subject: subject, Groups: p.Groups,
-		CSRF: randomHex(16), CreatedAt: now, ExpiresAt: now.Add(u.cfg.SessionTTL)})
+		Credential: p.Credential, CSRF: randomHex(16), CreatedAt: now, RenewAt: renew, ExpiresAt: expires})
 	if err != nil {
 		u.fail(w, r, err)
 		return false

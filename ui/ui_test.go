@@ -100,6 +100,18 @@ func signInAs(t *testing.T, c *http.Client, base, token string) (http.Header, in
 	return resp.Header, posted.StatusCode
 }
 
+// withTokens signs in with who's tokens: cfg's Authenticate and Current
+// from who, a token's principal (a test's credential is the token itself).
+func withTokens(cfg ui.Config, who func(token string) (ui.Principal, bool)) ui.Config {
+	cfg.Authenticate = func(token string) (ui.Principal, bool) {
+		p, ok := who(token)
+		p.Credential = token
+		return p, ok
+	}
+	cfg.Current = cfg.Authenticate
+	return cfg
+}
+
 // purgeCounter tells each PurgeSessions' count, so a test waits on the
 // purge's statements instead of on time.
 type purgeCounter struct {
@@ -130,14 +142,15 @@ func TestSessionPurgerDeletesExpiredSessionsByThePageClock(t *testing.T) {
 		if i >= 1500 {
 			expires = start.Add(24 * time.Hour)
 		}
-		if err := s.CreateSession(ctx, &airlock.PageSession{ID: fmt.Sprintf("%064x", i), Name: "ana", Role: airlock.RoleApprover,
-			CSRF: "c", CreatedAt: start, ExpiresAt: expires}); err != nil {
+		if err := s.CreateSession(ctx, &airlock.PageSession{ID: fmt.Sprintf("%064x", i), Name: "ana", Role: airlock.RoleApprover, Credential: "0f3a",
+			CSRF: "c", CreatedAt: start, RenewAt: expires, ExpiresAt: expires}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	store := purgeCounter{Store: s, purged: make(chan int, 8)}
 	page, err := ui.New(ui.Config{Manifest: m, Store: store, Guard: g, Plans: plans, Clock: clock,
-		Authenticate: func(string) (ui.Principal, bool) { return ui.Principal{}, false }})
+		Authenticate: func(string) (ui.Principal, bool) { return ui.Principal{}, false },
+		Current:      func(string) (ui.Principal, bool) { return ui.Principal{}, false }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +193,10 @@ func TestPlanPageOffersNoDecisionToWhoMayNotDecide(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m, s, g, plans := pageDeps(t, strings.Replace(pageManifest, "    approval:\n", "    approval:\n      approvers: [ana]\n", 1))
-	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans,
-		Authenticate: func(token string) (ui.Principal, bool) {
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
+		func(token string) (ui.Principal, bool) {
 			return ui.Principal{Name: token, Role: airlock.RoleApprover}, true
-		}})
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +243,8 @@ func TestSignInFormsAndPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m, s, guard, plans := pageDeps(t, pageManifest)
-	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: guard, Plans: plans,
-		Authenticate: func(token string) (ui.Principal, bool) {
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: guard, Plans: plans},
+		func(token string) (ui.Principal, bool) {
 			switch token {
 			case "approver-token":
 				return ui.Principal{Name: "ana", Role: airlock.RoleApprover}, true
@@ -239,7 +252,7 @@ func TestSignInFormsAndPlans(t *testing.T) {
 				return ui.Principal{Name: "bot", Role: airlock.RoleAgent}, true
 			}
 			return ui.Principal{}, false
-		}})
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,10 +371,10 @@ func TestSignInFormsAndPlans(t *testing.T) {
 func TestABadPagePositionIsNotEchoed(t *testing.T) {
 	t.Parallel()
 	m, s, g, plans := pageDeps(t, pageManifest)
-	page, err := ui.New(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans,
-		Authenticate: func(token string) (ui.Principal, bool) {
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
+		func(token string) (ui.Principal, bool) {
 			return ui.Principal{Name: token, Role: airlock.RoleAdmin}, true
-		}})
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}

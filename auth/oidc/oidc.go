@@ -197,16 +197,25 @@ func MapClaims(spec *manifest.OIDCSpec, issuer, subject string, claims map[strin
 			}
 		}
 	}
-	for _, v := range values {
-		// The page has no agents: only approver and admin count.
-		if r := spec.Roles[v]; (r == airlock.RoleApprover || r == airlock.RoleAdmin) && airlock.RoleRank(r) > airlock.RoleRank(id.Role) {
-			id.Role = r
-		}
-	}
-	id.Groups = values
+	id.Role, id.Groups = RoleOf(spec, values), values
 	if id.Role == "" {
 		return Identity{}, fmt.Errorf("%w: %s is in no group that may use airlock (the %s claim has %q; the manifest's auth.oidc.roles lists which do)",
 			ErrRefused, name, spec.RolesClaimOr(), values)
 	}
 	return id, nil
+}
+
+// RoleOf is the highest role spec's roles give any of values (the values
+// of its roles claim), "" when none makes an approver or an admin. The
+// page asks it again of a session's groups on every request, so that a
+// changed mapping holds at once (docs/hardening.md, "page sessions").
+func RoleOf(spec *manifest.OIDCSpec, values []string) string {
+	role := ""
+	for _, v := range values {
+		// The page has no agents: only approver and admin count.
+		if r := spec.Roles[v]; (r == airlock.RoleApprover || r == airlock.RoleAdmin) && airlock.RoleRank(r) > airlock.RoleRank(role) {
+			role = r
+		}
+	}
+	return role
 }

@@ -261,8 +261,12 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	a.web, err = ui.New(ui.Config{Manifest: m, Store: a.Store, Guard: a.Guard, Plans: a.Plans, Logger: a.log, Reconcile: a.Reconciler, Throttle: throttle,
 		ClientAddr: proxies.ClientAddr, Secure: proxies.Secure, SSO: sso, Clock: cfg.Clock,
 		Authenticate: func(token string) (ui.Principal, bool) {
-			p, ok := gateway.Authenticate(tokens, token)
-			return ui.Principal{Name: p.Name, Role: p.Role}, ok
+			t, ok := gateway.TokenOf(tokens, token)
+			return ui.Principal{Name: t.Name, Role: t.Role, Credential: t.Credential()}, ok
+		},
+		Current: func(credential string) (ui.Principal, bool) {
+			t, ok := gateway.ByCredential(tokens, credential)
+			return ui.Principal{Name: t.Name, Role: t.Role, Credential: credential}, ok
 		}})
 	if err != nil {
 		return nil, err

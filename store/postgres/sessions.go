@@ -13,8 +13,9 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 	if err := ps.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at, groups)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, ps.CreatedAt, ps.ExpiresAt, rules.GroupsJSON(ps.Groups))
+	_, err := s.pool.Exec(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at, groups, credential, renew_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, ps.CreatedAt, ps.ExpiresAt,
+		rules.GroupsJSON(ps.Groups), ps.Credential, ps.RenewAt)
 	return err
 }
 
@@ -22,16 +23,16 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airlock.PageSession, error) {
 	var ps airlock.PageSession
 	var groups string
-	err := s.pool.QueryRow(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at, groups
+	err := s.pool.QueryRow(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at, groups, credential, renew_at
 		FROM airlock_sessions WHERE id = $1 AND expires_at > $2`, id, now).
-		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &ps.CreatedAt, &ps.ExpiresAt, &groups)
+		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &ps.CreatedAt, &ps.ExpiresAt, &groups, &ps.Credential, &ps.RenewAt)
 	if isNoRows(err) {
 		return nil, airlock.ErrNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	ps.CreatedAt, ps.ExpiresAt = ps.CreatedAt.UTC(), ps.ExpiresAt.UTC()
+	ps.CreatedAt, ps.ExpiresAt, ps.RenewAt = ps.CreatedAt.UTC(), ps.ExpiresAt.UTC(), ps.RenewAt.UTC()
 	ps.Groups = rules.ParseGroups(groups)
 	return &ps, nil
 }

@@ -15,9 +15,9 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 		return err
 	}
 	return s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at, groups)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, micros(ps.CreatedAt), micros(ps.ExpiresAt),
-			rules.GroupsJSON(ps.Groups))
+		_, err := tx.ExecContext(ctx, `INSERT INTO airlock_sessions (id, name, role, subject, csrf, flash, created_at, expires_at, groups, credential, renew_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, ps.ID, ps.Name, ps.Role, ps.Subject, ps.CSRF, ps.Flash, micros(ps.CreatedAt), micros(ps.ExpiresAt),
+			rules.GroupsJSON(ps.Groups), ps.Credential, micros(ps.RenewAt))
 		return err
 	})
 }
@@ -25,18 +25,18 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 // GetSession implements airlock.SessionStore.
 func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airlock.PageSession, error) {
 	var ps airlock.PageSession
-	var created, expires int64
+	var created, expires, renew int64
 	var groups string
-	err := s.read.QueryRowContext(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at, groups
+	err := s.read.QueryRowContext(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at, groups, credential, renew_at
 		FROM airlock_sessions WHERE id = ? AND expires_at > ?`, id, micros(now)).
-		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &created, &expires, &groups)
+		Scan(&ps.ID, &ps.Name, &ps.Role, &ps.Subject, &ps.CSRF, &ps.Flash, &created, &expires, &groups, &ps.Credential, &renew)
 	if err == sql.ErrNoRows {
 		return nil, airlock.ErrNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	ps.CreatedAt, ps.ExpiresAt = fromMicros(created), fromMicros(expires)
+	ps.CreatedAt, ps.ExpiresAt, ps.RenewAt = fromMicros(created), fromMicros(expires), fromMicros(renew)
 	ps.Groups = rules.ParseGroups(groups)
 	return &ps, nil
 }

@@ -24,12 +24,18 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		t.Parallel()
 		s := newStore(t)
 		ps := &airlock.PageSession{ID: sessionID("a"), Name: "oidc:ana@example.com", Role: airlock.RoleApprover, Subject: "https://idp|123",
-			Groups: []string{"payments", "finance"}, CSRF: "c1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+			Groups: []string{"payments", "finance"}, CSRF: "c1", CreatedAt: now, RenewAt: now.Add(10 * time.Minute), ExpiresAt: now.Add(time.Hour)}
 		must(t, s.CreateSession(ctx, ps))
 		got, err := s.GetSession(ctx, ps.ID, now)
 		must(t, err)
 		if !reflect.DeepEqual(got, ps) {
 			t.Fatalf("got %+v, want %+v", got, ps)
+		}
+		tok := &airlock.PageSession{ID: sessionID("t"), Name: "alice", Role: airlock.RoleAdmin, Credential: "0f3a", CSRF: "c2",
+			CreatedAt: now, RenewAt: now.Add(time.Hour), ExpiresAt: now.Add(time.Hour)}
+		must(t, s.CreateSession(ctx, tok))
+		if got, err := s.GetSession(ctx, tok.ID, now); err != nil || !reflect.DeepEqual(got, tok) {
+			t.Fatalf("a token's session: got %+v %v, want %+v", got, err, tok)
 		}
 		must(t, s.SetSessionFlash(ctx, &airlock.SetSessionFlashParams{ID: ps.ID, Flash: "Approved."}))
 		if got, err := s.GetSession(ctx, ps.ID, now); err != nil || got.Flash != "Approved." {
@@ -46,8 +52,9 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		t.Parallel()
 		s := newStore(t)
 		for i := range 3 {
-			must(t, s.CreateSession(ctx, &airlock.PageSession{ID: sessionID(fmt.Sprint("e", i)), Name: "n", Role: airlock.RoleAdmin,
-				CSRF: "c", CreatedAt: now.Add(-2 * time.Hour), ExpiresAt: now.Add(time.Duration(i-1) * time.Hour)}))
+			expires := now.Add(time.Duration(i-1) * time.Hour)
+			must(t, s.CreateSession(ctx, &airlock.PageSession{ID: sessionID(fmt.Sprint("e", i)), Name: "n", Role: airlock.RoleAdmin, Credential: "0f3a",
+				CSRF: "c", CreatedAt: now.Add(-2 * time.Hour), RenewAt: expires, ExpiresAt: expires}))
 		}
 		if _, err := s.GetSession(ctx, sessionID("e0"), now); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("an expired session: %v", err)
@@ -67,7 +74,8 @@ func RunSessions(t *testing.T, newStore NewStore) {
 	t.Run("BadSessionsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		good := airlock.PageSession{ID: sessionID("b"), Name: "n", Role: airlock.RoleApprover, CSRF: "c", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		good := airlock.PageSession{ID: sessionID("b"), Name: "n", Role: airlock.RoleApprover, Credential: "0f3a", CSRF: "c",
+			CreatedAt: now, RenewAt: now.Add(time.Hour), ExpiresAt: now.Add(time.Hour)}
 		for _, tc := range []struct {
 			field string
 			edit  func(*airlock.PageSession)
@@ -76,7 +84,11 @@ func RunSessions(t *testing.T, newStore NewStore) {
 			{"name", func(p *airlock.PageSession) { p.Name = "" }},
 			{"name", func(p *airlock.PageSession) { p.Name = "a\xffb" }},
 			{"role", func(p *airlock.PageSession) { p.Role = airlock.RoleAgent }},
+			{"credential", func(p *airlock.PageSession) { p.Credential = "" }},
+			{"credential", func(p *airlock.PageSession) { p.Subject = "https://idp#ana" }},
 			{"csrf", func(p *airlock.PageSession) { p.CSRF = "" }},
+			{"renew_at", func(p *airlock.PageSession) { p.RenewAt = p.ExpiresAt.Add(time.Second) }},
+			{"renew_at", func(p *airlock.PageSession) { p.RenewAt = p.CreatedAt.Add(-time.Second) }},
 			{"expires_at", func(p *airlock.PageSession) { p.ExpiresAt = p.CreatedAt }},
 		} {
 			ps := good
