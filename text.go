@@ -56,6 +56,30 @@ func CheckRunID(runID string, max int) error {
 	return nil
 }
 
+// MaxNoteBytes bounds a note about the work: a decision's reason, a
+// settlement's note, a completion's error.
+const MaxNoteBytes = 4096
+
+// CheckNote checks a note about the work (a decision's reason, a
+// settlement's note, a completion's error) before it is kept: text the
+// store can hold, at most MaxNoteBytes, and no control character but tab
+// and newline — a carriage return or an escape in a note rewrites the
+// terminal or the log line that shows it. The error names field.
+func CheckNote(field, s string) error {
+	if len(s) > MaxNoteBytes {
+		return FieldErrorf(CodeInvalidArgument, field, "is %d bytes; at most %d (nothing was done)", len(s), MaxNoteBytes)
+	}
+	if err := CheckText(field, s); err != nil {
+		return err
+	}
+	for i, r := range s {
+		if (r < 0x20 && r != '\t' && r != '\n') || r >= 0x7f && r < 0xa0 {
+			return FieldErrorf(CodeInvalidArgument, field, "holds the control character U+%04X at byte %d; a note has no control characters but tab and newline (nothing was done)", r, i)
+		}
+	}
+	return nil
+}
+
 func firstInvalidUTF8(b []byte) int {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])

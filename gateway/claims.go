@@ -286,9 +286,6 @@ const (
 	OutcomeNotStarted = airlock.ClaimOutcomeNotStarted
 )
 
-// maxOutcomeError bounds the text a caller gives for a failure.
-const maxOutcomeError = 4096
-
 // handleComplete is POST /v1/claims/{claim}/complete: the holder reports
 // the work's outcome and gets the answer the first call gets.
 func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
@@ -334,10 +331,7 @@ func (g *Gateway) handleComplete(w http.ResponseWriter, r *http.Request) {
 
 // outcomeOf checks a completion's body and makes its outcome.
 func outcomeOf(req *completeRequest) (airlock.Outcome, error) {
-	if len(req.Error) > maxOutcomeError {
-		return airlock.Outcome{}, airlock.FieldErrorf(airlock.CodeInvalidArgument, "error", "is %d bytes; at most %d", len(req.Error), maxOutcomeError)
-	}
-	if err := airlock.CheckText("error", req.Error); err != nil {
+	if err := airlock.CheckNote("error", req.Error); err != nil {
 		return airlock.Outcome{}, err
 	}
 	result := req.Result

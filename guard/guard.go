@@ -812,7 +812,7 @@ func (g *Guard) Settle(ctx context.Context, r airlock.SettleRequest) (*airlock.R
 	case r.Happened && len(r.Result) > 0 && !json.Valid(r.Result):
 		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "result", "the result must be valid JSON")
 	}
-	if err := airlock.CheckText("note", note); err != nil {
+	if err := airlock.CheckNote("note", note); err != nil {
 		return nil, err
 	}
 	if len(r.Result) > 0 {

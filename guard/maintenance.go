@@ -233,7 +233,7 @@ func (r *Reaper) reconcilePage(ctx context.Context, recs []*airlock.Record, now 
 		if happened {
 			result, note = found.Answer, found.Tool+" says the work happened"
 		}
-		_, err = r.g.Settle(ctx, airlock.SettleRequest{Key: rec.Key, Happened: happened, Result: result, Note: note + ": " + string(found.Answer), By: airlock.ActorReconcile, Role: airlock.RoleSystem})
+		_, err = r.g.Settle(ctx, airlock.SettleRequest{Key: rec.Key, Happened: happened, Result: result, Note: note + ": " + airlock.Shorten(string(found.Answer), airlock.MaxNoteBytes/2), By: airlock.ActorReconcile, Role: airlock.RoleSystem})
 		switch {
 		case err == nil && happened:
 			st.Happened++

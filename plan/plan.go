@@ -259,7 +259,7 @@ func (s *Service) decide(ctx context.Context, d airlock.PlanDecision) (*airlock.
 		return nil, airlock.FieldErrorf(airlock.CodeInvalidArgument, "plan_id", "required: the id of the plan to decide")
 	}
 	d.Reason = strings.TrimSpace(d.Reason)
-	if err := airlock.CheckText("reason", d.Reason); err != nil {
+	if err := airlock.CheckNote("reason", d.Reason); err != nil {
 		return nil, err
 	}
 	// The tool's rule of who decides (approvers, separation of duties) is

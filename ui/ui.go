@@ -8,6 +8,7 @@
 package ui
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -173,7 +174,10 @@ func New(cfg Config) (*UI, error) {
 		u.log = slog.Default()
 	}
 	funcs := template.FuncMap{
-		"json":  indent,
+		"json":  shownJSON,
+		"cell":  cell,
+		"note":  func(s string) template.HTML { return shown(s, airlock.MaxNoteBytes) },
+		"cut":   isCut,
 		"since": func(t time.Time) string { return cfg.Clock.Since(t).Round(time.Second).String() },
 		"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 		"join":  strings.Join,
@@ -193,18 +197,6 @@ func New(cfg Config) (*UI, error) {
 		u.tmpl[page] = t
 	}
 	return u, nil
-}
-
-func indent(b json.RawMessage) string {
-	if len(b) == 0 {
-		return "—"
-	}
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return string(b)
-	}
-	out, _ := json.MarshalIndent(v, "", "  ")
-	return string(out)
 }
 
 // bar is a small server-rendered SVG: a value against its limit.
@@ -251,6 +243,7 @@ func (u *UI) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/{$}", u.signed(u.queue))
 	mux.HandleFunc("GET /ui/plans/{id}", u.signed(u.planPage))
 	mux.HandleFunc("POST /ui/plans/{id}/decide", u.signed(u.csrf(u.decide)))
+	mux.HandleFunc("GET /ui/plans/{id}/{part}", u.signed(u.planJSON))
 	mux.HandleFunc("GET /ui/history", u.signed(u.history))
 	mux.HandleFunc("GET /ui/in-doubt", u.signed(u.inDoubt))
 	mux.HandleFunc("POST /ui/records/{key}/settle", u.signed(u.csrf(u.settle)))
@@ -436,11 +429,15 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, page, ti
 	for k, v := range data {
 		d[k] = v
 	}
+	var buf bytes.Buffer
+	if err := u.tmpl[page].ExecuteTemplate(&buf, page+".html", d); err != nil {
+		u.log.Error("airlock ui: rendering", "page", page, "err", err)
+		http.Error(w, "the page could not be rendered; the operator's log has the details", http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	if err := u.tmpl[page].ExecuteTemplate(w, page+".html", d); err != nil {
-		u.log.Error("airlock ui: rendering", "page", page, "err", err)
-	}
+	_, _ = w.Write(revealRest(buf.Bytes()))
 }
 
 func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
@@ -612,7 +609,10 @@ const queuePage = 100
 // many approvals it has of how many.
 type queueRow struct {
 	*airlock.Plan
-	Work, Facts string
+	Work, Facts template.HTML
+	// Marked: a natural-key value or the run id holds invisible characters
+	// (two plans can then look alike and be different work).
+	Marked bool
 }
 
 // badCursor is what a page whose position (?after=) is not one this
@@ -651,51 +651,82 @@ func (u *UI) queue(w http.ResponseWriter, r *http.Request) {
 func (u *UI) rows(plans []*airlock.Plan) []queueRow {
 	rows := make([]queueRow, len(plans))
 	for i, p := range plans {
-		rows[i] = queueRow{Plan: p}
+		rows[i] = queueRow{Plan: p, Marked: airlock.HasInvisible(p.RunID)}
 		if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
-			rows[i].Work, rows[i].Facts = naturalKeyLine(tool, p.Args), factsRead(tool, p.Facts)
+			work := naturalKeyValues(tool, p.Args)
+			rows[i].Work, rows[i].Facts = pairsHTML(work), pairsHTML(factsRead(tool, p.Facts))
+			rows[i].Marked = rows[i].Marked || hasInvisible(work)
 		}
 	}
 	return rows
 }
 
-// naturalKeyLine is a plan's natural-key arguments, "record_id: WD-2".
-func naturalKeyLine(t *airlock.Tool, args json.RawMessage) string {
-	m, err := airlock.ParseArgs(args)
-	if err != nil {
-		return ""
+// pair is a named value a list shows: a natural-key argument, a fact.
+type pair struct{ name, value string }
+
+// pairsHTML is pairs as a list's cell shows them, "record_id: WD-2, …",
+// each value cut at maxCell bytes and its invisible characters badges.
+func pairsHTML(pairs []pair) template.HTML {
+	var b strings.Builder
+	for i, p := range pairs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(shown(p.name, maxCell)))
+		b.WriteString(": ")
+		b.WriteString(string(shown(p.value, maxCell)))
 	}
-	parts := make([]string, 0, len(t.NaturalKey))
-	for _, kf := range t.NaturalKey {
-		if v, ok := m[kf.Field]; ok {
-			parts = append(parts, fmt.Sprintf("%s: %v", kf.Field, v))
+	return template.HTML(b.String())
+}
+
+// hasInvisible reports whether a name or a value of pairs holds an
+// invisible character.
+func hasInvisible(pairs []pair) bool {
+	for _, p := range pairs {
+		if airlock.HasInvisible(p.name) || airlock.HasInvisible(p.value) {
+			return true
 		}
 	}
-	return strings.Join(parts, ", ")
+	return false
+}
+
+// naturalKeyValues is a plan's natural-key arguments.
+func naturalKeyValues(t *airlock.Tool, args json.RawMessage) []pair {
+	m, err := airlock.ParseArgs(args)
+	if err != nil {
+		return nil
+	}
+	pairs := make([]pair, 0, len(t.NaturalKey))
+	for _, kf := range t.NaturalKey {
+		if v, ok := m[kf.Field]; ok {
+			pairs = append(pairs, pair{kf.Field, fmt.Sprint(v)})
+		}
+	}
+	return pairs
 }
 
 var factRef = regexp.MustCompile(`\bfacts\.([A-Za-z_][A-Za-z0-9_]*)`)
 
 // factsRead is the facts the tool's rules read (facts.NAME in a rule's
 // condition), with their values in this plan.
-func factsRead(t *airlock.Tool, facts json.RawMessage) string {
+func factsRead(t *airlock.Tool, facts json.RawMessage) []pair {
 	m, err := airlock.ParseArgs(facts)
 	if err != nil || t.Approval == nil {
-		return ""
+		return nil
 	}
-	var parts []string
+	var parts []pair
 	seen := map[string]bool{}
 	for _, rule := range t.Approval.Rules {
 		for _, ref := range factRef.FindAllStringSubmatch(rule.When, -1) {
 			if name := ref[1]; !seen[name] {
 				seen[name] = true
 				if v, ok := m[name]; ok {
-					parts = append(parts, fmt.Sprintf("%s: %v", name, v))
+					parts = append(parts, pair{name, fmt.Sprint(v)})
 				}
 			}
 		}
 	}
-	return strings.Join(parts, ", ")
+	return parts
 }
 
 func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -730,7 +761,40 @@ func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail, "CannotApprove": cannotApprove, "CannotDecide": cannotDecide}, u.popFlash(r))
+	marked := airlock.HasInvisible(p.RunID)
+	if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
+		marked = marked || hasInvisible(naturalKeyValues(tool, p.Args))
+	}
+	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail, "CannotApprove": cannotApprove, "CannotDecide": cannotDecide,
+		"Marked": marked}, u.popFlash(r))
+}
+
+// planJSON is a plan's arguments, facts or result whole (the plan's page
+// cuts long values): the same JSON, its invisible characters as \u
+// escapes, so that nothing in it acts where it is shown.
+func (u *UI) planJSON(w http.ResponseWriter, r *http.Request) {
+	p, err := u.cfg.Plans.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		u.render(w, r, http.StatusNotFound, "signin", "Not found", nil, "No such plan.")
+		return
+	}
+	var part json.RawMessage
+	switch r.PathValue("part") {
+	case "arguments.json":
+		part = p.Args
+	case "facts.json":
+		part = p.Facts
+	case "result.json":
+		part = p.Result
+	default:
+		u.render(w, r, http.StatusNotFound, "signin", "Not found", nil, "No such page.")
+		return
+	}
+	if len(part) == 0 {
+		part = json.RawMessage("null")
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	_, _ = w.Write(airlock.EscapeInvisibleJSON(part))
 }
 
 func (u *UI) decide(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,135 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/airlockhq/airlock"
+)
+
+// How the page shows what agents and services wrote (docs/hardening.md,
+// "text that cannot disguise itself"): every invisible character
+// (airlock.Invisible) as a badge naming it, so that a zero-width space or
+// a right-to-left override is seen and does nothing; long values cut,
+// with their full length said and the whole a link away.
+
+const (
+	// maxCell bounds a value in a list's cell (the work, the facts, the
+	// run): a page of 100 plans stays light whatever the agents send.
+	maxCell = 200
+	// maxShownString bounds a string in the arguments, facts or result a
+	// plan's page shows; the whole is at /ui/plans/{id}/arguments.json.
+	maxShownString = 1000
+)
+
+// invisibleNames name the invisible characters an approver is likeliest
+// to meet; the others show their code point only.
+var invisibleNames = map[rune]string{
+	0x09: "tab", 0x0a: "line feed", 0x0d: "carriage return", 0x1b: "escape", 0x7f: "delete",
+	0xa0: "no-break space", 0xad: "soft hyphen", 0x061c: "Arabic letter mark",
+	0x200b: "zero-width space", 0x200c: "zero-width non-joiner", 0x200d: "zero-width joiner",
+	0x200e: "left-to-right mark", 0x200f: "right-to-left mark",
+	0x202a: "left-to-right embedding", 0x202b: "right-to-left embedding", 0x202c: "pop directional formatting",
+	0x202d: "left-to-right override", 0x202e: "right-to-left override",
+	0x2060: "word joiner", 0x2066: "left-to-right isolate", 0x2067: "right-to-left isolate",
+	0x2068: "first strong isolate", 0x2069: "pop directional isolate",
+	0x2028: "line separator", 0x2029: "paragraph separator", 0xfeff: "zero-width no-break space (byte-order mark)",
+}
+
+// badge is invisible character r as the page shows it.
+func badge(b *strings.Builder, r rune) {
+	name := invisibleNames[r]
+	if name == "" {
+		name = "an invisible or control character"
+	}
+	fmt.Fprintf(b, `<span class="invisible" title="%s">U+%04X</span>`, name, r)
+}
+
+// writeShown writes s as HTML: escaped, each invisible character a badge.
+func writeShown(b *strings.Builder, s string) {
+	start := 0
+	for i, r := range s {
+		if airlock.Invisible(r) {
+			template.HTMLEscape(b, []byte(s[start:i]))
+			badge(b, r)
+			start = i + utf8.RuneLen(r)
+		}
+	}
+	template.HTMLEscape(b, []byte(s[start:]))
+}
+
+// shown is s as a list's cell shows it: invisible characters as badges,
+// cut at max bytes with its full length said.
+func shown(s string, max int) template.HTML {
+	var b strings.Builder
+	if len(s) > max {
+		writeShown(&b, airlock.Shorten(s, max))
+		fmt.Fprintf(&b, ` <span class="cut">(%d bytes in all)</span>`, len(s))
+	} else {
+		writeShown(&b, s)
+	}
+	return template.HTML(b.String())
+}
+
+// cell is s in a list's cell.
+func cell(s string) template.HTML { return shown(s, maxCell) }
+
+// shownJSON is a JSON value as a plan's page shows it: indented, each
+// string over maxShownString bytes cut with its length said, invisible
+// characters as badges. A value that is not JSON is shown as text.
+func shownJSON(raw json.RawMessage) template.HTML {
+	if len(raw) == 0 {
+		return "—"
+	}
+	out, _ := displayJSON(raw)
+	var b strings.Builder
+	writeShown(&b, string(out))
+	return template.HTML(b.String())
+}
+
+// displayJSON is raw indented, its long strings cut; cut reports whether
+// one was. Member order is kept.
+func displayJSON(raw []byte) (out []byte, cut bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	var buf bytes.Buffer
+	enc := jsontext.NewEncoder(&buf, jsontext.WithIndent("  "), jsontext.AllowInvalidUTF8(true))
+	for {
+		tok, err := dec.ReadToken()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return raw, false
+		}
+		if tok.Kind() == '"' {
+			if s := tok.String(); len(s) > maxShownString {
+				tok, cut = jsontext.String(fmt.Sprintf("%s [%d bytes in all]", airlock.Shorten(s, maxShownString), len(s))), true
+			}
+		}
+		if err := enc.WriteToken(tok); err != nil {
+			return raw, false
+		}
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), cut
+}
+
+// isCut reports whether the page shows raw cut.
+func isCut(raw json.RawMessage) bool {
+	_, cut := displayJSON(raw)
+	return cut
+}
+
+// revealRest writes every invisible character left in a rendered page,
+// but the tab, the newline and the carriage return of the markup, as
+// [U+XXXX] text: what a template shows without a badge still cannot hide
+// or reorder itself. The page's own markup holds none; only data can.
+func revealRest(page []byte) []byte {
+	return airlock.ReplaceInvisible(page, func(dst []byte, r rune) []byte { return fmt.Appendf(dst, "[U+%04X]", r) })
+}

@@ -1,0 +1,154 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/ui"
+)
+
+// pageClient is an approver signed in to a page over plans' store.
+type pageClient struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func (p pageClient) get(path string) (int, string, http.Header) {
+	p.t.Helper()
+	resp, err := p.c.Get(p.base + path)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// noInvisible fails when page holds an invisible character other than the
+// markup's tab, newline and carriage return.
+func noInvisible(t *testing.T, what, page string) {
+	t.Helper()
+	for i, r := range page {
+		if airlock.Invisible(r) && r != '\t' && r != '\n' && r != '\r' {
+			t.Fatalf("%s holds U+%04X raw at byte %d: %q", what, r, i, page[max(0, i-40):min(len(page), i+40)])
+		}
+	}
+}
+
+// What an agent writes cannot disguise itself on the page: a zero-width
+// space, bidi controls and an escape show as badges naming them (never
+// raw, anywhere in the page); a plan whose key field or run id holds one
+// is marked, in the queue and on its page, and a plain one is not; two
+// plans that would read alike do not.
+func TestAgentTextCannotDisguiseItselfOnThePage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, s, g, plans := pageDeps(t, pageManifest)
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
+		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	p := pageClient{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
+	signInAs(t, p.c, srv.URL, "ana")
+
+	propose := func(recordID, run string) *airlock.Plan {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]string{"record_id": recordID})
+		args, err := airlock.NewArgs(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), args, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pl
+	}
+	plain := propose("WD-24813", "run-1")
+	zwsp := propose("WD-24813\u200b", "run-1")
+	bidi := propose("WD-\u2067\u202e3184\u2069", "run-1")
+	byRun := propose("WD-5", "1-tnega yb desoporp\u202e")
+
+	_, queue, _ := p.get("/ui/")
+	noInvisible(t, "the queue", queue)
+	for _, want := range []string{`title="zero-width space">U+200B</span>`, `title="right-to-left override">U+202E</span>`, `title="right-to-left isolate">U+2067</span>`} {
+		if !strings.Contains(queue, want) {
+			t.Errorf("the queue does not show %s", want)
+		}
+	}
+	if n := strings.Count(queue, `class="marked"`); n != 3 {
+		t.Errorf("%d plans marked in the queue, want 3 (the zero-width space, the bidi controls, the run id)", n)
+	}
+	for _, pl := range []*airlock.Plan{plain, zwsp, bidi, byRun} {
+		_, pg, _ := p.get("/ui/plans/" + pl.ID)
+		noInvisible(t, "plan "+pl.ID+"'s page", pg)
+		if marked := strings.Contains(pg, `id="marked"`); marked != (pl != plain) {
+			t.Errorf("plan %s (%q, run %q) marked %v", pl.ID, pl.Args, pl.RunID, marked)
+		}
+	}
+}
+
+// Long values are cut, with their length said and the whole a link away:
+// a queue of 100 plans with 100 KB key values stays under 1 MB, a plan's
+// page under 64 KB, and the whole arguments come back as the same JSON,
+// their invisible characters escaped.
+func TestLongValuesAreCutAndTheWholeIsALinkAway(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, s, g, plans := pageDeps(t, pageManifest)
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
+		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	p := pageClient{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
+	signInAs(t, p.c, srv.URL, "ana")
+
+	var last *airlock.Plan
+	for i := range 100 {
+		raw, _ := json.Marshal(map[string]string{"record_id": fmt.Sprintf("WD-%03d-", i) + strings.Repeat("x\u200b", 100_000/4)})
+		args, err := airlock.NewArgs(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last, _, err = plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), args, "run-long"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, queue, _ := p.get("/ui/")
+	if len(queue) > 1<<20 || !strings.Contains(queue, "bytes in all)") || strings.Count(queue, "<tr>") != 101 {
+		t.Fatalf("the queue of 100 plans with 100 KB key values: %d bytes, %d rows; want under 1 MB, every row, lengths said", len(queue), strings.Count(queue, "<tr>")-1)
+	}
+	_, pg, _ := p.get("/ui/plans/" + last.ID)
+	if len(pg) > 64<<10 || !strings.Contains(pg, `id="whole-args"`) || !strings.Contains(pg, fmt.Sprintf("bytes in all]")) {
+		t.Fatalf("the plan's page: %d bytes; want under 64 KB, the value cut with its length and a link to the whole", len(pg))
+	}
+	st, whole, h := p.get("/ui/plans/" + last.ID + "/arguments.json")
+	noInvisible(t, "the whole arguments", whole)
+	var got, want any
+	_ = json.Unmarshal([]byte(whole), &got)
+	_ = json.Unmarshal(last.Args, &want)
+	if st != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "application/json") || !reflect.DeepEqual(got, want) {
+		t.Fatalf("the whole arguments: %d %s, %d bytes; want the plan's arguments", st, h.Get("Content-Type"), len(whole))
+	}
+	if st, _, _ := p.get("/ui/plans/" + last.ID + "/secrets.json"); st != http.StatusNotFound {
+		t.Fatalf("another part: %d", st)
+	}
+}
