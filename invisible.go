@@ -46,16 +46,23 @@ func HasInvisible(s string) bool {
 }
 
 // RevealInvisible is s with each Invisible character written as
-// [U+XXXX], as the CLI and the notices show text: nothing in it hides,
-// reorders or rewrites what is around it.
-func RevealInvisible(s string) string {
-	if !HasInvisible(s) {
+// [U+XXXX], as the CLI's tables and the notices show text: nothing in it
+// hides, reorders or rewrites what is around it.
+func RevealInvisible(s string) string { return reveal(s, false) }
+
+// RevealInvisibleLines is RevealInvisible keeping newlines and tabs, for
+// text of several lines (an error message on a terminal).
+func RevealInvisibleLines(s string) string { return reveal(s, true) }
+
+func reveal(s string, lines bool) string {
+	hidden := func(r rune) bool { return Invisible(r) && !(lines && (r == '\n' || r == '\t')) }
+	if strings.IndexFunc(s, hidden) < 0 {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(len(s) + 16)
 	for _, r := range s {
-		if Invisible(r) {
+		if hidden(r) {
 			fmt.Fprintf(&b, "[U+%04X]", r)
 		} else {
 			b.WriteRune(r)

@@ -71,6 +71,13 @@ func TestRevealInvisible(t *testing.T) {
 	}
 }
 
+func TestRevealInvisibleLines(t *testing.T) {
+	t.Parallel()
+	if got := RevealInvisibleLines("line one\n\tline\u202e two\r"); got != "line one\n\tline[U+202E] two[U+000D]" {
+		t.Errorf("RevealInvisibleLines: %q", got)
+	}
+}
+
 func TestEscapeInvisibleJSON(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{

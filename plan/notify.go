@@ -129,11 +129,14 @@ func ruleOrNone(r string) string {
 const maxNoticePart = 500
 
 // noticeText is agent-made text as a Slack-compatible notice shows it:
-// bounded (with its full length said), and with &, < and > escaped as
-// Slack asks, so that it cannot make a link or a mention (<!channel>).
+// its invisible characters written as [U+XXXX] (a bidi override or a
+// zero-width space cannot disguise it), bounded (with its full length
+// said), and with &, < and > escaped as Slack asks, so that it cannot make
+// a link or a mention (<!channel>).
 func noticeText(s string) string {
-	if len(s) > maxNoticePart {
-		s = fmt.Sprintf("%s (%d bytes in all)", airlock.Shorten(s, maxNoticePart), len(s))
+	n := len(s)
+	if s = airlock.RevealInvisible(s); len(s) > maxNoticePart {
+		s = fmt.Sprintf("%s (%d bytes in all)", airlock.Shorten(s, maxNoticePart), n)
 	}
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }

@@ -475,9 +475,9 @@ func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 			t.Fatalf("signature %q, want %q", d.header.Get(plan.HeaderSignature), want)
 		}
 	}
-	// Agent-made text is bounded and cannot make a link or a mention in a
-	// Slack-compatible channel.
-	long := "<!channel> <https://evil.example|the ledger> " + strings.Repeat("x", 2000)
+	// Agent-made text is bounded, cannot make a link or a mention in a
+	// Slack-compatible channel, and shows its invisible characters.
+	long := "<!channel> <https://evil.example|the ledger> WD-1\u200b \u202eDETTELPMOC " + strings.Repeat("x", 2000)
 	l.mu.Lock()
 	l.amounts[long] = 250000 // for a person: announced
 	l.mu.Unlock()
@@ -497,7 +497,8 @@ func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 	var body map[string]any
 	_ = json.Unmarshal(d.body, &body)
 	text, _ := body["text"].(string)
-	if strings.ContainsAny(text, "<>") || !strings.Contains(text, "&lt;!channel&gt;") || len(text) > 2000 || !strings.Contains(text, "bytes in all") {
+	if strings.ContainsAny(text, "<>") || !strings.Contains(text, "&lt;!channel&gt;") || len(text) > 2000 || !strings.Contains(text, "bytes in all") ||
+		airlock.HasInvisible(strings.ReplaceAll(text, " ", "")) || !strings.Contains(text, "WD-1[U+200B] [U+202E]DETTELPMOC") {
 		t.Fatalf("a notice of agent-made text (%d bytes): %q", len(text), text)
 	}
 	refuse.Store(true)

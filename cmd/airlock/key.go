@@ -67,7 +67,7 @@ func cmdKey(e *env, args []string) int {
 		if d.Previous != "" {
 			fmt.Fprintf(e.stdout, "previous:  %s (within grace; a repeat from the same run matches it)\n", d.Previous)
 		}
-		fmt.Fprintf(e.stdout, "canonical: %s\n", d.Parts.Canonical)
+		fmt.Fprintf(e.stdout, "canonical: %s\n", airlock.RevealInvisible(d.Parts.Canonical))
 		return 0
 	}
 	enc := json.NewEncoder(e.stdout)

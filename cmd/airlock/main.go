@@ -17,6 +17,7 @@ import (
 
 	_ "time/tzdata" // business_day windows need zone data on machines without it
 
+	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/examples/withdrawals"
 	"github.com/airlockhq/airlock/manifest"
 	"github.com/airlockhq/airlock/store"
@@ -371,6 +372,8 @@ func usageError(e *env, name, format string, args ...any) int {
 
 // fail prints an error for the operator and returns exit code 1.
 func fail(e *env, format string, args ...any) int {
-	fmt.Fprintf(e.stderr, "airlock: "+format+"\n", args...)
+	// A server's message can quote what an agent sent: nothing in it may
+	// act on the terminal.
+	fmt.Fprintf(e.stderr, "airlock: %s\n", airlock.RevealInvisibleLines(fmt.Sprintf(format, args...)))
 	return 1
 }

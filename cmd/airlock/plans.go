@@ -211,7 +211,8 @@ func cmdPlans(e *env, args []string) int {
 		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tRULE\tDECISION\tRUN\tCREATED\tARGS")
 		for _, p := range plans {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Tool, p.Status, p.Rule, p.Decision, p.RunID, p.CreatedAt.Format(time.RFC3339), p.Args)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Tool, p.Status, p.Rule, p.Decision, tableCell(p.RunID),
+				p.CreatedAt.Format(time.RFC3339), tableCell(string(p.Args)))
 		}
 		tw.Flush()
 		return 0
@@ -241,12 +242,29 @@ func cmdPlans(e *env, args []string) int {
 	return 2
 }
 
+// printJSON writes v as indented JSON, its invisible characters as \u
+// escapes: the same values, and nothing a terminal would act on or hide
+// (docs/hardening.md, "text that cannot disguise itself").
 func printJSON(e *env, v any) int {
-	enc := json.NewEncoder(e.stdout)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
 		return fail(e, "%v", err)
 	}
+	_, _ = e.stdout.Write(append(airlock.EscapeInvisibleJSON(b), '\n'))
 	return 0
+}
+
+// maxTableCell bounds a value in a CLI table: the whole is in `show`.
+const maxTableCell = 200
+
+// tableCell is agent-made text as a CLI table shows it: its invisible
+// characters (an escape, a carriage return, a bidi override, a tab that
+// would shift the columns) as [U+XXXX], cut at maxTableCell bytes with its
+// length said.
+func tableCell(s string) string {
+	n := len(s)
+	if s = airlock.RevealInvisible(s); len(s) > maxTableCell {
+		s = fmt.Sprintf("%s (%d bytes in all)", airlock.Shorten(s, maxTableCell), n)
+	}
+	return s
 }
