@@ -235,6 +235,8 @@ func TestCompletionWithResultOmitted(t *testing.T) {
 	for body, field := range map[string]string{
 		`{"outcome":"succeeded","result_omitted":true,"result":{"x":1}}`: "result_omitted",
 		`{"outcome":"unknown","result_omitted":true}`:                    "result_omitted",
+		// An error that would rewrite the terminal showing it.
+		`{"outcome":"failed","error":"done\r\u001b[2Kcompleted"}`: "error",
 		// A result named twice: the record would keep whichever a reader picks.
 		`{"outcome":"succeeded","result":{"paid":"A","paid":"B"}}`: "result.paid",
 	} {

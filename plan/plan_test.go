@@ -259,6 +259,12 @@ func TestPlans(t *testing.T) {
 				if _, err := b.svc.Decide(ctx, decision(p.ID, true, "   ", p.DecisionHash)); airlock.ErrorCode(err) != airlock.CodeInvalidArgument || !strings.Contains(err.Error(), "reason") {
 					t.Fatalf("no reason: %v", err)
 				}
+				for _, reason := range []string{"ok\r\x1b[2Kapproved by the CFO", strings.Repeat("x", airlock.MaxNoteBytes+1)} {
+					var e *airlock.Error
+					if _, err := b.svc.Decide(ctx, decision(p.ID, false, reason, p.DecisionHash)); !errors.As(err, &e) || e.Code != airlock.CodeInvalidArgument || e.Field != "reason" {
+						t.Fatalf("a reason with a control character or too long (%d bytes): %v", len(reason), err)
+					}
+				}
 				if _, err := b.svc.Decide(ctx, decision(p.ID, true, "ok", "")); airlock.ErrorCode(err) != airlock.CodeInvalidArgument || !strings.Contains(err.Error(), "decision_hash") {
 					t.Fatalf("no decision hash: %v", err)
 				}

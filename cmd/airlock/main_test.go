@@ -528,6 +528,9 @@ func TestRecordsShowAndSettle(t *testing.T) {
 	if r := runCLI(t, "records", "settle", a.Key, "--db", dsn, "--happened=true"); r.code == 0 || !strings.Contains(r.stderr, "--note") {
 		t.Fatalf("settle without a note: %d %s", r.code, r.stderr)
 	}
+	if r := runCLI(t, "records", "settle", a.Key, "--db", dsn, "--happened=true", "--note", "seen\r\x1b[2Kdone", "--as", "ops"); r.code == 0 || !strings.Contains(r.stderr, "--note") || !strings.Contains(r.stderr, "U+000D") {
+		t.Fatalf("settle with a carriage return in the note: %d %s", r.code, r.stderr)
+	}
 	if r := runCLI(t, "records", "settle", a.Key, "--db", dsn, "--happened=true", "--result", `{"note_id":"N-1"}`, "--note", "seen in the ledger", "--as", "ops"); r.code != 0 || !strings.Contains(r.stdout, "succeeded") {
 		t.Fatalf("settle: %d %s %s", r.code, r.stdout, r.stderr)
 	}
