@@ -14,10 +14,16 @@ import (
 // Throttle makes guessing tokens slow: per client address, the first few
 // failed attempts (a wrong bearer token, a failed sign-in) cost nothing,
 // each one after that closes the address for twice as long as the one
-// before (1 s, 2 s, 4 s … at most MaxBackoff), and a success forgets the
-// address. The gateway's bearer tokens and the page's sign-in share one.
+// before (1 s, 2 s, 4 s … at most MaxBackoff). A success forgets nothing
+// (an agent's own token between its guesses would otherwise wipe them);
+// an address's failures are forgotten after Forget without one. While an
+// address waits, every attempt from it is refused, a right token too:
+// answering it would tell a guesser which guess was right
+// (docs/hardening.md, "guessing tokens"). The gateway's bearer tokens and
+// the page's sign-in share one.
 type Throttle struct {
 	free       int
+	forget     time.Duration
 	maxBackoff time.Duration
 	now        func() time.Time
 	onFail     func(kind string) // the metric of failures, or nil
@@ -43,6 +49,9 @@ type ThrottleConfig struct {
 	Free int
 	// MaxBackoff caps the wait. Default 5 minutes.
 	MaxBackoff time.Duration
+	// Forget is how long an address must go without a failure for its
+	// failures to be forgotten. Default 15 minutes.
+	Forget time.Duration
 	// Now tells the time. Default time.Now.
 	Now func() time.Time
 	// Failed and Refused, when set, count failed attempts and attempts
@@ -55,9 +64,12 @@ func NewThrottle(cfg *ThrottleConfig) *Throttle {
 	if cfg == nil {
 		cfg = &ThrottleConfig{}
 	}
-	t := &Throttle{free: cfg.Free, maxBackoff: cfg.MaxBackoff, now: cfg.Now, onFail: cfg.Failed, onRefuse: cfg.Refused, byAddr: map[string]*strikes{}}
+	t := &Throttle{free: cfg.Free, forget: cfg.Forget, maxBackoff: cfg.MaxBackoff, now: cfg.Now, onFail: cfg.Failed, onRefuse: cfg.Refused, byAddr: map[string]*strikes{}}
 	if t.free <= 0 {
 		t.free = 5
+	}
+	if t.forget <= 0 {
+		t.forget = 15 * time.Minute
 	}
 	if t.maxBackoff <= 0 {
 		t.maxBackoff = 5 * time.Minute
@@ -142,7 +154,14 @@ func (t *Throttle) Wait(addr, kind string) time.Duration {
 	if s == nil {
 		return 0
 	}
-	if wait := s.until.Sub(t.now()); wait > 0 {
+	now := t.now()
+	if now.Sub(s.last) > t.forget && !now.Before(s.until) {
+		// Forgotten: with no address left, requests take no lock here.
+		delete(t.byAddr, addr)
+		t.struck.Store(int64(len(t.byAddr)))
+		return 0
+	}
+	if wait := s.until.Sub(now); wait > 0 {
 		if t.onRefuse != nil {
 			t.onRefuse(kind)
 		}
@@ -163,8 +182,8 @@ func (t *Throttle) Fail(addr, kind string) {
 	defer t.mu.Unlock()
 	now := t.now()
 	if len(t.byAddr) > 10_000 {
-		for a, s := range t.byAddr { // forget addresses quiet for an hour
-			if now.Sub(s.last) > time.Hour {
+		for a, s := range t.byAddr { // forget addresses quiet long enough
+			if now.Sub(s.last) > t.forget && !now.Before(s.until) {
 				delete(t.byAddr, a)
 			}
 		}
@@ -175,6 +194,9 @@ func (t *Throttle) Fail(addr, kind string) {
 		t.byAddr[addr] = s
 	}
 	t.struck.Store(int64(len(t.byAddr)))
+	if now.Sub(s.last) > t.forget && !now.Before(s.until) {
+		s.fails = 0 // quiet long enough: a fresh start
+	}
 	s.fails++
 	s.last = now
 	if over := s.fails - t.free; over > 0 {
@@ -184,20 +206,6 @@ func (t *Throttle) Fail(addr, kind string) {
 		}
 		s.until = now.Add(backoff)
 	}
-}
-
-// Succeed forgets addr's failures.
-func (t *Throttle) Succeed(addr string) {
-	if t == nil {
-		return
-	}
-	if t.struck.Load() == 0 {
-		return
-	}
-	t.mu.Lock()
-	delete(t.byAddr, addr)
-	t.struck.Store(int64(len(t.byAddr)))
-	t.mu.Unlock()
 }
 
 // refuse answers 429 with Retry-After (whole seconds, at least 1).

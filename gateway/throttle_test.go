@@ -26,8 +26,10 @@ func (c *fakeClock) advance(d time.Duration) {
 
 // Wrong bearer tokens from one address: five are answered 401, then the
 // address waits 1 s, 2 s, 4 s … (429 with Retry-After, even for a right
-// token, counted); a success after the wait forgets it. A missing token is
-// no guess and costs nothing.
+// token, counted). A success forgets nothing — an agent putting its own
+// token between its guesses gets no more of them — and the failures are
+// forgotten only after 15 minutes without one. A missing token is no
+// guess and costs nothing.
 func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Unix(1e9, 0)}
@@ -78,15 +80,23 @@ func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 	if code, _ := call(frontToken); code != http.StatusOK {
 		t.Fatalf("the right token after the wait: %d", code)
 	}
-	for range 5 { // forgotten: five free failures again
+	// The success forgot nothing: the next guess waits twice as long again.
+	if code, _ := call("guess"); code != http.StatusUnauthorized {
+		t.Fatalf("a guess after the wait: %d", code)
+	}
+	if code, retry := call(frontToken); code != http.StatusTooManyRequests || retry != "4" {
+		t.Fatalf("after a success and one more guess: %d Retry-After %q, want 429 and 4", code, retry)
+	}
+	clock.advance(15*time.Minute + time.Second)
+	for range 5 { // forgotten after a quiet quarter hour: five free failures again
 		if code, _ := call("guess"); code != http.StatusUnauthorized {
-			t.Fatalf("after a success: %d", code)
+			t.Fatalf("after a quiet quarter hour: %d", code)
 		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if failed != 12 || refused != 2 {
-		t.Fatalf("counted %d failures and %d refusals, want 12 and 2", failed, refused)
+	if failed != 13 || refused != 3 {
+		t.Fatalf("counted %d failures and %d refusals, want 13 and 3", failed, refused)
 	}
 }
 
@@ -121,5 +131,43 @@ func TestProxiesAreBelievedOnlyWhenTrusted(t *testing.T) {
 				t.Errorf("Secure %v, want %v", got, tc.secure)
 			}
 		})
+	}
+}
+
+// An agent that puts its own token between its guesses, every five, gets
+// no more than the five free ones before the address waits (issue 45: 30
+// guesses went through without a 429 when a success forgot the failures).
+func TestAnOwnTokenBetweenGuessesDoesNotResetThem(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	g := frontGatewayWith(t, testManifest, frontFuncs(), func(c *gateway.Config) {
+		c.Throttle = gateway.NewThrottle(&gateway.ThrottleConfig{Now: clock.Now})
+	})
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	call := func(token string) int {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/calls", strings.NewReader(`{"tool":"lookup","args":{}}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	answered := 0
+	for i := range 30 {
+		if i%5 == 0 {
+			call(frontToken)
+		}
+		if call("guess") == http.StatusUnauthorized {
+			answered++
+		}
+		clock.advance(100 * time.Millisecond)
+	}
+	// Five free, the sixth closes the address for 1 s, the seventh (after
+	// it) for 2 s: the three seconds the guesses take allow no more.
+	if answered > 7 {
+		t.Fatalf("%d of 30 interleaved guesses were answered; want at most 7", answered)
 	}
 }

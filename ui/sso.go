@@ -101,7 +101,6 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusBadGateway, "signin", "Sign in", nil, "The sign-in could not be completed with the identity provider; try again.")
 		return
 	}
-	u.cfg.Throttle.Succeed(addr)
 	if old != "" {
 		if err := u.cfg.Store.DeleteSession(r.Context(), old); err != nil {
 			u.fail(w, r, err)

@@ -110,7 +110,6 @@ type SSO interface {
 type Throttle interface {
 	Wait(addr, kind string) time.Duration
 	Fail(addr, kind string)
-	Succeed(addr string)
 }
 
 // Store is what the page reads of the store.
@@ -525,7 +524,6 @@ type noThrottle struct{}
 
 func (noThrottle) Wait(string, string) time.Duration { return 0 }
 func (noThrottle) Fail(string, string)               {}
-func (noThrottle) Succeed(string)                    {}
 
 func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	addr := u.clientAddr(r)
@@ -543,7 +541,6 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, http.StatusUnauthorized, "signin", "Sign in", nil, "Unknown token.")
 		return
 	}
-	u.cfg.Throttle.Succeed(addr)
 	if p.Role != airlock.RoleApprover && p.Role != airlock.RoleAdmin {
 		u.render(w, r, http.StatusForbidden, "signin", "Sign in", nil, "Agent tokens cannot sign in; use an approver or admin token.")
 		return
