@@ -191,6 +191,9 @@ type PlanFilter struct {
 	Tool      string
 	RunID     string
 	DecidedBy string    // who decided (a person's name, or "system")
+	// ProposedBy: who proposed it (a commit worker is given only the
+	// plans it may take; docs/gateway.md, "Commit workers")
+	ProposedBy string
 	Since     time.Time // created at or after; zero: no bound
 	Until     time.Time // created before; zero: no bound
 	Decided   bool      // leave out plans still awaiting approval

@@ -203,6 +203,20 @@ type ToolUpstream struct {
 	// holder vanished may be taken over and run again with the same key
 	// (rather than left in doubt).
 	HonorsIdempotencyKey bool `yaml:"honors_idempotency_key" json:"honors_idempotency_key,omitempty"`
+	// Workers, for an irreversible tool run by its caller: the principals
+	// whose commit workers (POST /v1/commits/next) carry out its approved
+	// plans, whoever proposed them. Default: none — a plan is given only to
+	// a worker of the principal that proposed it (docs/gateway.md, "Commit
+	// workers").
+	Workers []string `yaml:"workers" json:"workers,omitempty"`
+}
+
+// CommitWorkers are the principals named in t's upstream.workers.
+func (t *Tool) CommitWorkers() []string {
+	if t.Upstream == nil {
+		return nil
+	}
+	return t.Upstream.Workers
 }
 
 // RunByCaller reports whether the tool's work is run by its caller through

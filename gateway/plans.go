@@ -63,7 +63,11 @@ func (g *Gateway) propose(ctx context.Context, r *route, req *CallRequest) (*air
 			p = done
 		}
 	}
-	return g.planAnswer(p, repeat), nil
+	a := g.planAnswer(p, repeat)
+	if repeat && p.ProposedBy != airlock.ActorFrom(ctx) && a.Message != "" {
+		a.Message += " (Another principal proposed this work: plan_status answers only it. To follow the plan, propose the same work again.)"
+	}
+	return a, nil
 }
 
 func (g *Gateway) planAnswer(p *airlock.Plan, repeat bool) *airlock.Answer {
@@ -99,6 +103,11 @@ func (g *Gateway) planStatus(ctx context.Context, raw json.RawMessage) (*airlock
 	p, err := g.plans.Get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	// An agent sees the plans it proposed; an admin, all. Another's plan
+	// is answered as no plan at all: its id tells nothing.
+	if who, ok := PrincipalFrom(ctx); (!ok || who.Role != airlock.RoleAdmin) && p.ProposedBy != airlock.ActorFrom(ctx) {
+		return nil, airlock.FieldErrorf(airlock.CodeNotFound, "plan_id", "no plan %s among the plans you proposed (plan_status answers a plan's proposer; to follow work another proposed, propose the same work: its plan comes back)", id)
 	}
 	a := g.planAnswer(p, false)
 	a.Repeat = false

@@ -720,6 +720,14 @@ func (m *Manifest) checkUpstream(t *airlock.Tool, p string) []airlock.Problem {
 		return nil
 	}
 	v := &validator{}
+	if len(t.Upstream.Workers) > 0 && (!t.Upstream.Caller || t.Kind != airlock.KindIrreversible) {
+		v.add(p+".upstream.workers", "tool %s: workers name who carries out the approved plans of an irreversible tool run by its caller (caller: true); this tool has no such plans", t.Name)
+	}
+	for i, w := range t.Upstream.Workers {
+		if strings.TrimSpace(w) == "" || w != strings.TrimSpace(w) || airlock.HasInvisible(w) {
+			v.add(fmt.Sprintf("%s.upstream.workers[%d]", p, i), "%q is not a principal's name (a token's name, or jwt:ISSUER#NAME)", w)
+		}
+	}
 	if t.Upstream.Caller {
 		switch {
 		case t.Upstream.Name != "" || t.Upstream.Path != "" || t.Upstream.Tool != "":

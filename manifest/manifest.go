@@ -155,7 +155,7 @@ var typeNames = map[string]string{
 		"respond_within, repeat_wait, on_mismatch, max_calls_per_run, reconcile_with, reconcile, upstream, answers, approval)",
 	"airlock.Reconcile":    "reconcile (happened_when, not_happened_when)",
 	"airlock.KeyField":     "a natural-key entry (field, normalize)",
-	"airlock.ToolUpstream": "a tool's upstream (name, path, tool, caller, honors_idempotency_key)",
+	"airlock.ToolUpstream": "a tool's upstream (name, path, tool, caller, honors_idempotency_key, workers)",
 	"airlock.Answers":      "answers (undo, approver, on_repeat)",
 	"airlock.Approval":     "approval (lookup, rules, approvers, allow_self_approval, expires_after, wait_for_commit, tests)",
 	"airlock.Lookup":       "lookup (tool, args)",

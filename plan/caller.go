@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/airlockhq/airlock"
@@ -21,7 +22,15 @@ import (
 func (s *Service) NextCallerCommit(ctx context.Context, tools []*airlock.Tool, principal string) (*airlock.Plan, *guard.Held, error) {
 	for _, status := range []airlock.PlanStatus{airlock.PlanCommitting, airlock.PlanApproved} {
 		for _, tool := range tools {
-			plans, err := s.cfg.Store.ListPlans(ctx, airlock.PlanFilter{Status: status, Tool: tool.Name, Limit: 50})
+			f := airlock.PlanFilter{Status: status, Tool: tool.Name, Limit: 50}
+			if workers := tool.CommitWorkers(); len(workers) > 0 {
+				if !slices.Contains(workers, principal) {
+					continue // the tool's plans are its workers' alone
+				}
+			} else {
+				f.ProposedBy = principal // a worker takes the plans its principal proposed
+			}
+			plans, err := s.cfg.Store.ListPlans(ctx, f)
 			if err != nil {
 				return nil, nil, err
 			}

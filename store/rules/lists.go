@@ -44,6 +44,9 @@ func PlanList(f *airlock.PlanFilter, ph Placeholders) (string, []any) {
 	if f.DecidedBy != "" {
 		add("decided_by = %s", f.DecidedBy)
 	}
+	if f.ProposedBy != "" {
+		add("proposed_by = %s", f.ProposedBy)
+	}
 	if !f.Since.IsZero() {
 		add("created_at >= %s", ph.Time(f.Since))
 	}
