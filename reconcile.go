@@ -28,6 +28,10 @@ type Reconciliation struct {
 // Reconciler asks a tool's reconcile_with read tool whether an in-doubt
 // record's work happened. Package reconcile implements it.
 type Reconciler interface {
+	// Asks reports whether the tool's in-doubt records are asked about
+	// (the tool names reconcile_with): settled when Automatic, else the
+	// answer is kept for the person who settles them.
+	Asks(tool string) bool
 	// Automatic reports whether the tool's in-doubt records are settled by
 	// reconciliation (the tool names reconcile_with and its conditions).
 	Automatic(tool string) bool

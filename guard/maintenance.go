@@ -214,7 +214,7 @@ func (r *Reaper) Reconcile(ctx context.Context) (ReconcileStats, error) {
 func (r *Reaper) reconcilePage(ctx context.Context, recs []*airlock.Record, now time.Time, seen map[string]bool, st *ReconcileStats) error {
 	for _, rec := range recs {
 		seen[rec.Key] = true
-		if !r.reconciler.Automatic(rec.Tool) || !r.schedule.isDue(rec.Key, now) {
+		if !r.reconciler.Asks(rec.Tool) || !r.schedule.isDue(rec.Key, now) {
 			continue
 		}
 		st.Asked++

@@ -14,6 +14,7 @@ import (
 type verdicts map[string]airlock.Verdict
 
 func (v verdicts) Automatic(string) bool { return true }
+func (v verdicts) Asks(string) bool      { return true }
 
 func (v verdicts) Reconcile(_ context.Context, rec *airlock.Record) (*airlock.Reconciliation, error) {
 	verdict, ok := v[rec.Tool]

@@ -2,9 +2,10 @@
 // (docs/concepts.md, "The guarded call"): a side-effecting tool names a read tool (reconcile_with)
 // and, in its reconcile block, CEL conditions over that tool's answer that
 // say whether the work happened (happened_when, not_happened_when). The
-// guard's reaper calls Reconcile for every in-doubt record of such a tool
-// and settles it with actor "reconcile"; the approvers' page uses Ask to
-// show the read tool's answer beside a record a person must settle.
+// guard's reaper calls Reconcile for every in-doubt record of a tool that
+// names reconcile_with, and settles it with actor "reconcile" when the
+// conditions say; the approvers' page shows the last answer (Last) beside
+// a record a person must settle, and never calls the read tool itself.
 package reconcile
 
 import (
@@ -12,6 +13,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/policy"
@@ -25,6 +30,8 @@ type Callers func(tool *airlock.Tool) (upstream.Caller, bool)
 type Config struct {
 	Catalog *airlock.Catalog // required, prepared (the manifest's tools)
 	Callers Callers          // required
+	// Clock times the answers kept (Last). Default: the system clock.
+	Clock clockwork.Clock
 }
 
 // Reconciler implements airlock.Reconciler.
@@ -32,7 +39,23 @@ type Reconciler struct {
 	m       *airlock.Catalog
 	callers Callers
 	rules   map[string]*policy.Reconciler // by side-effecting tool
+	clock   clockwork.Clock
+
+	mu   sync.Mutex
+	last map[string]Observation // by record key
 }
+
+// Observation is the last answer about an in-doubt record: what the read
+// tool said, or why it could not be asked, and when.
+type Observation struct {
+	Found *airlock.Reconciliation // nil when Err
+	Err   string
+	At    time.Time
+}
+
+// maxObservations bounds the answers kept; past it, those older than an
+// hour are dropped (a record settled since is no longer asked about).
+const maxObservations = 10_000
 
 var _ airlock.Reconciler = (*Reconciler)(nil)
 
@@ -45,12 +68,53 @@ func New(cfg Config) (*Reconciler, error) {
 	if len(problems) > 0 {
 		return nil, &airlock.ValidationError{Problems: problems}
 	}
-	return &Reconciler{m: cfg.Catalog, callers: cfg.Callers, rules: rules}, nil
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	return &Reconciler{m: cfg.Catalog, callers: cfg.Callers, rules: rules, clock: cfg.Clock, last: map[string]Observation{}}, nil
 }
 
-// Any reports whether some tool's in-doubt records are settled automatically.
-func (r *Reconciler) Any() bool { return len(r.rules) > 0 }
+// Any reports whether some tool's in-doubt records are asked about.
+func (r *Reconciler) Any() bool {
+	for _, t := range r.m.Tools {
+		if t.ReconcileWith != "" {
+			return true
+		}
+	}
+	return false
+}
 
+// Asks implements airlock.Reconciler: the tool names reconcile_with.
+func (r *Reconciler) Asks(tool string) bool {
+	t := r.m.Tool(tool)
+	return t != nil && t.ReconcileWith != ""
+}
+
+// Last is the last answer about the record with key, when this process
+// asked about it.
+func (r *Reconciler) Last(key string) (Observation, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o, ok := r.last[key]
+	return o, ok
+}
+
+func (r *Reconciler) remember(key string, found *airlock.Reconciliation, err error) {
+	o := Observation{Found: found, At: r.clock.Now()}
+	if err != nil {
+		o.Found, o.Err = nil, err.Error()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.last) >= maxObservations {
+		for k, old := range r.last {
+			if o.At.Sub(old.At) > time.Hour {
+				delete(r.last, k)
+			}
+		}
+	}
+	r.last[key] = o
+}
 // Automatic implements airlock.Reconciler: the tool names reconcile_with
 // and conditions that read its answer.
 func (r *Reconciler) Automatic(tool string) bool {
@@ -60,8 +124,9 @@ func (r *Reconciler) Automatic(tool string) bool {
 
 // Reconcile implements airlock.Reconciler: it asks the read tool and
 // evaluates the tool's conditions over the answer.
-func (r *Reconciler) Reconcile(ctx context.Context, rec *airlock.Record) (*airlock.Reconciliation, error) {
-	found, err := r.Ask(ctx, rec)
+func (r *Reconciler) Reconcile(ctx context.Context, rec *airlock.Record) (found *airlock.Reconciliation, err error) {
+	defer func() { r.remember(rec.Key, found, err) }()
+	found, err = r.Ask(ctx, rec)
 	if err != nil {
 		return nil, err
 	}

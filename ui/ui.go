@@ -41,6 +41,7 @@ import (
 	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/policy"
+	"github.com/airlockhq/airlock/reconcile"
 )
 
 //go:embed templates/*.html static/*
@@ -70,11 +71,13 @@ type Config struct {
 	// session ends when it no longer names the session's person with a
 	// role that may use the page. Required with Authenticate.
 	Current func(credential string) (Principal, bool)
-	// Reconcile asks the tool's reconcile_with read tool about an in-doubt
-	// record, to show its answer beside the record. Default: none (the page
-	// shows the record only).
+	// Reconcile tells the last answer of a tool's reconcile_with read tool
+	// about an in-doubt record (reconcile.Reconciler, asked by the reaper
+	// in the background), to show beside the record: a view of the page
+	// never calls an upstream. Default: none (the page shows the record
+	// only).
 	Reconcile interface {
-		Ask(ctx context.Context, rec *airlock.Record) (*airlock.Reconciliation, error)
+		Last(key string) (reconcile.Observation, bool)
 	}
 	// SSO signs people in through an OpenID Connect provider
 	// (auth/oidc.Login); its button says the manifest's auth.oidc.label.
@@ -882,23 +885,25 @@ func (u *UI) inDoubt(w http.ResponseWriter, r *http.Request) {
 		*airlock.Record
 		Reconciled   json.RawMessage
 		ReconcileErr string
+		AskedAt      time.Time
+		NotAsked     bool // the tool has a reconcile tool that has not answered yet
 	}
 	views := make([]view, 0, len(recs))
+	pending := false
 	for _, rec := range recs {
 		v := view{Record: rec}
-		if u.cfg.Reconcile != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-			found, err := u.cfg.Reconcile.Ask(ctx, rec)
-			cancel()
-			if err != nil {
-				v.ReconcileErr = err.Error()
+		if t := u.cfg.Manifest.Tool(rec.Tool); u.cfg.Reconcile != nil && t != nil && t.ReconcileWith != "" {
+			if o, ok := u.cfg.Reconcile.Last(rec.Key); !ok {
+				v.NotAsked, pending = true, true
+			} else if o.Err != "" {
+				v.ReconcileErr, v.AskedAt = o.Err, o.At
 			} else {
-				v.Reconciled = found.Answer
+				v.Reconciled, v.AskedAt = o.Found.Answer, o.At
 			}
 		}
 		views = append(views, v)
 	}
-	data := map[string]any{"Records": views}
+	data := map[string]any{"Records": views, "Pending": pending}
 	if f.After != "" {
 		data["Prev"] = "/ui/in-doubt" // the newest page
 	}

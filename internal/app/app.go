@@ -197,10 +197,10 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	a.Metrics.SetTimeouts(&m.Catalog)
 
 	a.connectUpstreams()
-	if a.Reconciler, err = reconcile.New(reconcile.Config{Catalog: &m.Catalog, Callers: a.caller}); err != nil {
+	if a.Reconciler, err = reconcile.New(reconcile.Config{Catalog: &m.Catalog, Callers: a.caller, Clock: cfg.Clock}); err != nil {
 		return nil, err
 	}
-	// The reaper lists in-doubt records only when some tool can settle them.
+	// The reaper lists in-doubt records only when some tool asks about them.
 	var reconciler airlock.Reconciler
 	if a.Reconciler.Any() {
 		reconciler = a.Reconciler
