@@ -26,10 +26,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jonboulle/clockwork"
 
@@ -830,17 +832,33 @@ func (u *UI) history(w http.ResponseWriter, r *http.Request) {
 	const pageSize = 50
 	f := airlock.PlanFilter{Tool: filter.Tool, Status: airlock.PlanStatus(filter.Status), DecidedBy: filter.Approver,
 		Decided: filter.Status == "", Newest: true, After: q.Get("after"), Limit: pageSize}
-	if filter.Date != "" {
+	// A filter is one the form offers, or refused in the page's own words:
+	// the request's text is never shown back in the alert (a link could put
+	// words in the page's mouth), and only a filter that passes is kept in
+	// the form.
+	bad := ""
+	switch {
+	case filter.Tool != "" && u.cfg.Manifest.Tool(filter.Tool) == nil:
+		bad = "The tool filter names no tool of this server; choose one from the list."
+	case filter.Status != "" && !slices.Contains(airlock.PlanStatuses, airlock.PlanStatus(filter.Status)):
+		bad = "The status filter is not a plan status; choose one from the list."
+	case len(filter.Approver) > 256 || airlock.HasInvisible(filter.Approver) || !utf8.ValidString(filter.Approver):
+		bad = "The approver filter is not a name: at most 256 bytes of visible text."
+	}
+	if filter.Date != "" && bad == "" {
 		day, err := time.Parse("2006-01-02", filter.Date)
 		if err != nil {
-			u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, "The date must be YYYY-MM-DD.")
-			return
+			bad = "The date must be YYYY-MM-DD."
 		}
 		f.Since, f.Until = day, day.AddDate(0, 0, 1)
 	}
+	if bad != "" {
+		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, bad)
+		return
+	}
 	plans, err := u.cfg.Store.ListPlans(r.Context(), f)
 	if airlock.ErrorCode(err) == airlock.CodeInvalidArgument {
-		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, err.Error())
+		u.render(w, r, http.StatusBadRequest, "signin", "Bad request", nil, badCursor)
 		return
 	}
 	if err != nil {

@@ -365,9 +365,9 @@ func TestSignInFormsAndPlans(t *testing.T) {
 	}
 }
 
-// A list page whose position (?after=) is not one the page gave says so in
-// its own words: the request's text is never shown back, so a link cannot
-// put words in the page's mouth.
+// A list page whose position (?after=) or filter is not one the page gave
+// says so in its own words: the request's text is never shown back, so a
+// link cannot put words in the page's mouth.
 func TestABadPagePositionIsNotEchoed(t *testing.T) {
 	t.Parallel()
 	m, s, g, plans := pageDeps(t, pageManifest)
@@ -384,14 +384,15 @@ func TestABadPagePositionIsNotEchoed(t *testing.T) {
 	c := &http.Client{Jar: jar}
 	signInAs(t, c, srv.URL, "ana")
 	const words = "Approved by the CEO, call 555-0100"
-	for _, path := range []string{"/ui/?after=", "/ui/in-doubt?after="} {
+	for _, path := range []string{"/ui/?after=", "/ui/in-doubt?after=", "/ui/history?after=", "/ui/history?status=", "/ui/history?tool=",
+		"/ui/history?date=", "/ui/history?approver=%E2%80%AE"} {
 		resp, err := c.Get(srv.URL + path + url.QueryEscape(words))
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "CEO") || !strings.Contains(string(b), "Start again from the first page") {
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "CEO") || !strings.Contains(string(b), `class="flash"`) {
 			t.Errorf("%s with words of a link's making: %d; want 400 in the page's own words, without them:\n%s", path, resp.StatusCode, b)
 		}
 	}
