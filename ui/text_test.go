@@ -152,3 +152,38 @@ func TestLongValuesAreCutAndTheWholeIsALinkAway(t *testing.T) {
 		t.Fatalf("another part: %d", st)
 	}
 }
+
+// The queue of 100 plans whose key values are 100 KB each: what a view
+// costs (docs/BENCHMARKS.md, "The approvers' queue").
+func BenchmarkQueueOfLongPlans(b *testing.B) {
+	ctx := context.Background()
+	m, s, g, plans := pageDeps(b, pageManifest)
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
+		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	defer srv.Close()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	signInAs(b, c, srv.URL, "ana")
+	for i := range 100 {
+		raw, _ := json.Marshal(map[string]string{"record_id": fmt.Sprintf("WD-%03d-", i) + strings.Repeat("x\u200b", 100_000/4)})
+		if _, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), airlock.MustArgs(string(raw)), "run-long"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	var size int
+	for b.Loop() {
+		resp, err := c.Get(srv.URL + "/ui/")
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		size = len(body)
+	}
+	b.ReportMetric(float64(size), "page-bytes")
+}

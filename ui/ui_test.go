@@ -51,7 +51,7 @@ var (
 
 // pageDeps are what a page needs: a manifest, a migrated SQLite
 // store, a guard and the plan service over them.
-func pageDeps(t *testing.T, manifestText string) (*manifest.Manifest, *sqlite.Store, *guard.Guard, *plan.Service) {
+func pageDeps(t testing.TB, manifestText string) (*manifest.Manifest, *sqlite.Store, *guard.Guard, *plan.Service) {
 	t.Helper()
 	m, err := manifest.Parse([]byte(manifestText), "page.yaml")
 	if err != nil {
@@ -80,7 +80,7 @@ func pageDeps(t *testing.T, manifestText string) (*manifest.Manifest, *sqlite.St
 // signInAs signs client c in at the page served at base with token: it
 // reads the sign-in form, takes its CSRF token and posts the token. It
 // returns the form's headers and the post's status.
-func signInAs(t *testing.T, c *http.Client, base, token string) (http.Header, int) {
+func signInAs(t testing.TB, c *http.Client, base, token string) (http.Header, int) {
 	t.Helper()
 	resp, err := c.Get(base + "/ui/signin")
 	if err != nil {
