@@ -13,14 +13,34 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock"
+	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/plan"
 	"github.com/airlockhq/airlock/ui"
 )
 
 // pageClient is an approver signed in to a page over plans' store.
 type pageClient struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	c    *http.Client
+}
+
+// approverPage serves a page of pageManifest whose every token signs in as
+// an approver of that name, and signs ana in.
+func approverPage(t testing.TB) (*manifest.Manifest, *plan.Service, pageClient) {
+	t.Helper()
+	m, s, g, plans := pageDeps(t, pageManifest)
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
+		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	p := pageClient{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
+	signInAs(t, p.c, srv.URL, "ana")
+	return m, plans, p
 }
 
 func (p pageClient) get(path string) (int, string, http.Header) {
@@ -53,17 +73,7 @@ func noInvisible(t *testing.T, what, page string) {
 func TestAgentTextCannotDisguiseItselfOnThePage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m, s, g, plans := pageDeps(t, pageManifest)
-	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
-		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(page.Handler())
-	t.Cleanup(srv.Close)
-	jar, _ := cookiejar.New(nil)
-	p := pageClient{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
-	signInAs(t, p.c, srv.URL, "ana")
+	m, plans, p := approverPage(t)
 
 	propose := func(recordID, run string) *airlock.Plan {
 		t.Helper()
@@ -109,17 +119,7 @@ func TestAgentTextCannotDisguiseItselfOnThePage(t *testing.T) {
 func TestLongValuesAreCutAndTheWholeIsALinkAway(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m, s, g, plans := pageDeps(t, pageManifest)
-	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
-		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(page.Handler())
-	t.Cleanup(srv.Close)
-	jar, _ := cookiejar.New(nil)
-	p := pageClient{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
-	signInAs(t, p.c, srv.URL, "ana")
+	m, plans, p := approverPage(t)
 
 	var last *airlock.Plan
 	for i := range 100 {
@@ -157,17 +157,7 @@ func TestLongValuesAreCutAndTheWholeIsALinkAway(t *testing.T) {
 // costs (docs/BENCHMARKS.md, "The approvers' queue").
 func BenchmarkQueueOfLongPlans(b *testing.B) {
 	ctx := context.Background()
-	m, s, g, plans := pageDeps(b, pageManifest)
-	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
-		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := httptest.NewServer(page.Handler())
-	defer srv.Close()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar}
-	signInAs(b, c, srv.URL, "ana")
+	m, plans, p := approverPage(b)
 	for i := range 100 {
 		raw, _ := json.Marshal(map[string]string{"record_id": fmt.Sprintf("WD-%03d-", i) + strings.Repeat("x\u200b", 100_000/4)})
 		if _, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), airlock.MustArgs(string(raw)), "run-long"); err != nil {
@@ -177,7 +167,7 @@ func BenchmarkQueueOfLongPlans(b *testing.B) {
 	b.ResetTimer()
 	var size int
 	for b.Loop() {
-		resp, err := c.Get(srv.URL + "/ui/")
+		resp, err := p.c.Get(p.base + "/ui/")
 		if err != nil {
 			b.Fatal(err)
 		}
