@@ -190,16 +190,16 @@ type PlanFilter struct {
 	Status    PlanStatus
 	Tool      string
 	RunID     string
-	DecidedBy string    // who decided (a person's name, or "system")
+	DecidedBy string // who decided (a person's name, or "system")
 	// ProposedBy: who proposed it (a commit worker is given only the
 	// plans it may take; docs/gateway.md, "Commit workers")
 	ProposedBy string
-	Since     time.Time // created at or after; zero: no bound
-	Until     time.Time // created before; zero: no bound
-	Decided   bool      // leave out plans still awaiting approval
-	Newest    bool      // newest first; default oldest first
-	After     string    // cursor: PlanCursor of the last plan of the previous page
-	Limit     int       // 1..MaxPlanPage; 0 means DefaultPlanPage
+	Since      time.Time // created at or after; zero: no bound
+	Until      time.Time // created before; zero: no bound
+	Decided    bool      // leave out plans still awaiting approval
+	Newest     bool      // newest first; default oldest first
+	After      string    // cursor: PlanCursor of the last plan of the previous page
+	Limit      int       // 1..MaxPlanPage; 0 means DefaultPlanPage
 }
 
 // Pages of plans.

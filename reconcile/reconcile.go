@@ -115,6 +115,7 @@ func (r *Reconciler) remember(key string, found *airlock.Reconciliation, err err
 	}
 	r.last[key] = o
 }
+
 // Automatic implements airlock.Reconciler: the tool names reconcile_with
 // and conditions that read its answer.
 func (r *Reconciler) Automatic(tool string) bool {

@@ -31,7 +31,9 @@ func approverPage(t testing.TB) (*manifest.Manifest, *plan.Service, pageClient) 
 	t.Helper()
 	m, s, g, plans := pageDeps(t, pageManifest)
 	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
-		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
+		func(token string) (ui.Principal, bool) {
+			return ui.Principal{Name: token, Role: airlock.RoleApprover}, true
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}

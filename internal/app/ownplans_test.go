@@ -61,7 +61,10 @@ func TestAgentsSeeAndCommitOnlyTheirOwnPlans(t *testing.T) {
 	}
 	srv := serveApp(t, &app.Config{Manifest: m, Tokens: []gateway.Token{tok("agent-1", airlock.RoleAgent, agentToken),
 		tok("agent-2", airlock.RoleAgent, agent2Token), tok("root", airlock.RoleAdmin, adminToken), tok("shipping-worker", airlock.RoleAgent, workerToken)}})
-	call := func(token, path, body string) (int, map[string]any) { t.Helper(); return callAPI(t, srv.URL+path, token, body) }
+	call := func(token, path, body string) (int, map[string]any) {
+		t.Helper()
+		return callAPI(t, srv.URL+path, token, body)
+	}
 
 	st, out := call(agentToken, "/v1/calls", `{"tool":"plan_approve_withdrawal","args":{"record_id":"WD-1"},"run_id":"r1"}`)
 	if st != http.StatusOK {
