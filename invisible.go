@@ -55,7 +55,7 @@ func RevealInvisible(s string) string { return reveal(s, false) }
 func RevealInvisibleLines(s string) string { return reveal(s, true) }
 
 func reveal(s string, lines bool) string {
-	hidden := func(r rune) bool { return Invisible(r) && !(lines && (r == '\n' || r == '\t')) }
+	hidden := func(r rune) bool { return Invisible(r) && (!lines || r != '\n' && r != '\t') }
 	if strings.IndexFunc(s, hidden) < 0 {
 		return s
 	}

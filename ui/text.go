@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -102,7 +103,7 @@ func displayJSON(raw []byte) (out []byte, cut bool) {
 	enc := jsontext.NewEncoder(&buf, jsontext.WithIndent("  "), jsontext.AllowInvalidUTF8(true))
 	for {
 		tok, err := dec.ReadToken()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

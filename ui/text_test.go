@@ -139,7 +139,7 @@ func TestLongValuesAreCutAndTheWholeIsALinkAway(t *testing.T) {
 		t.Fatalf("the queue of 100 plans with 100 KB key values: %d bytes, %d rows; want under 1 MB, every row, lengths said", len(queue), strings.Count(queue, "<tr>")-1)
 	}
 	_, pg, _ := p.get("/ui/plans/" + last.ID)
-	if len(pg) > 64<<10 || !strings.Contains(pg, `id="whole-args"`) || !strings.Contains(pg, fmt.Sprintf("bytes in all]")) {
+	if len(pg) > 64<<10 || !strings.Contains(pg, `id="whole-args"`) || !strings.Contains(pg, "bytes in all]") {
 		t.Fatalf("the plan's page: %d bytes; want under 64 KB, the value cut with its length and a link to the whole", len(pg))
 	}
 	st, whole, h := p.get("/ui/plans/" + last.ID + "/arguments.json")
