@@ -316,9 +316,10 @@ func (u *UI) signed(next http.HandlerFunc) http.HandlerFunc {
 			u.endSession(w, r, s, why)
 			return
 		}
-		if !u.cfg.Clock.Now().Before(s.RenewAt) {
+		if !u.cfg.Clock.Now().Before(s.RenewAt) && r.URL.Path != "/ui/signout" {
 			// The provider's word on the person has run out (a token's
-			// session never gets here: its RenewAt is its expiry).
+			// session never gets here: its RenewAt is its expiry). Signing
+			// out needs no word.
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, "/ui/oidc/start", http.StatusSeeOther)
 				return

@@ -161,6 +161,23 @@ func TestSingleSignOnSessionsEndWithTheGroup(t *testing.T) {
 		}
 		stillWaits(t)
 	})
+	t.Run("signing out needs no renewal", func(t *testing.T) {
+		c := f.browser()
+		csrf, _ := signIn(c, ana)
+		clock.Advance(manifest.DefaultOIDCRecheck + time.Second)
+		old := sessionCookie(c, base)
+		resp, err := c.PostForm(base+"/ui/signout", url.Values{"csrf": {csrf}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign out with the recheck due: %d", resp.StatusCode)
+		}
+		if st := pageWithCookie(t, base, old); st != http.StatusSeeOther {
+			t.Fatalf("the signed-out session: %d", st)
+		}
+	})
 	t.Run("the manifest no longer maps her group: signed out at once", func(t *testing.T) {
 		c := f.browser()
 		csrf, hash := signIn(c, ana)
@@ -191,7 +208,7 @@ func sessionCookie(c *http.Client, base string) string {
 }
 
 // pageWithCookie is the status of the queue for a browser with only the
-// session cookie value.
+// session cookie value, 0 for a redirect anywhere but to the sign-in form.
 func pageWithCookie(t *testing.T, base, value string) int {
 	t.Helper()
 	req, _ := http.NewRequest("GET", base+"/ui/", nil)
@@ -201,6 +218,9 @@ func pageWithCookie(t *testing.T, base, value string) int {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusSeeOther && resp.Header.Get("Location") != "/ui/signin" {
+		return 0
+	}
 	return resp.StatusCode
 }
 
