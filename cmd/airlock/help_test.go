@@ -84,7 +84,7 @@ func TestVersion(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		r := runCLI(t, args...)
-		if r.code != 0 || !strings.HasPrefix(r.stdout, "airlock ") || !strings.Contains(r.stdout, "schema:   15 (sqlite), 15 (postgres)") || !strings.Contains(r.stdout, "go:") {
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "airlock ") || !strings.Contains(r.stdout, "schema:   16 (sqlite), 16 (postgres)") || !strings.Contains(r.stdout, "go:") {
 			t.Fatalf("airlock %s: exit %d\n%s%s", args[0], r.code, r.stdout, r.stderr)
 		}
 	}
@@ -95,7 +95,7 @@ func TestVersion(t *testing.T) {
 	if r := runCLI(t, "migrate", "--db", db); r.code != 0 {
 		t.Fatalf("migrate: %s", r.stderr)
 	}
-	if r := runCLI(t, "version", "--db", db, "--format", "json"); r.code != 0 || !strings.Contains(r.stdout, `"database_schema": 15`) {
+	if r := runCLI(t, "version", "--db", db, "--format", "json"); r.code != 0 || !strings.Contains(r.stdout, `"database_schema": 16`) {
 		t.Fatalf("version --db: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	missing := filepath.Join(dir, "none.db")

@@ -74,7 +74,7 @@ func TestUpgradeFromThePreviousSchema(t *testing.T) {
 
 	r := runCLI(t, "migrate", "--status", "--db", dsn)
 	if r.code != 0 || !strings.Contains(r.stdout, "0013_tasks") || !regexpMatch(`0014_approvals\s+pending`, r.stdout) ||
-		!strings.Contains(r.stdout, fmt.Sprintf("schema version %d of 15", previousSchema)) {
+		!strings.Contains(r.stdout, fmt.Sprintf("schema version %d of 16", previousSchema)) {
 		t.Fatalf("migrate --status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, "migrate", "--dry-run", "--db", dsn)
@@ -104,10 +104,10 @@ func TestUpgradeFromThePreviousSchema(t *testing.T) {
 	}
 
 	future := filepath.Join(t.TempDir(), "future.db")
-	schemaFixture(t, future, 16)
+	schemaFixture(t, future, 17)
 	for _, args := range [][]string{{"migrate", "--db", "sqlite:" + future}, {"migrate", "--status", "--db", "sqlite:" + future}} {
 		r := runCLI(t, args...)
-		if r.code == 0 || !strings.Contains(r.stderr, "schema version 16, newer than this airlock (15)") {
+		if r.code == 0 || !strings.Contains(r.stderr, "schema version 17, newer than this airlock (16)") {
 			t.Fatalf("airlock %s on a newer schema: exit %d %s", strings.Join(args, " "), r.code, r.stderr)
 		}
 	}
@@ -171,8 +171,8 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatalf("a plan proposed to the previous release: %d %v %v", status, proposed, err)
 	}
 	upgraded := serve(t, config, dsn)
-	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != 15 {
-		t.Fatalf("the new binary migrated to %d (%v), want 15", v, err)
+	if v, err := databaseSchema(context.Background(), dsn); err != nil || v != 16 {
+		t.Fatalf("the new binary migrated to %d (%v), want 16", v, err)
 	}
 	if status, p, err := tryAPICall("GET", upgraded.url()+"/v1/plans/"+oldPlan["id"].(string), approverToken, ""); err != nil || status != 200 || p["proposed_by"] != "agent-1" {
 		t.Fatalf("the previous release's plan after 0015: %d %v %v; want proposed_by agent-1, from its planned event", status, p, err)
