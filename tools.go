@@ -395,6 +395,9 @@ func (t *Tool) validate(v *validator, p string, m *Catalog) {
 			if path, a, b := foldedPropertyNames(t.InputSchema, ""); a != "" {
 				v.add(p+".input_schema", "tool %s: properties %q and %q of %s differ only by case: a service that matches names without regard to case could read one for the other; give them distinct names", name, a, b, path)
 			}
+			if path, kw := uncheckableSchema(t.InputSchema, ""); kw != "" {
+				v.add(p+".input_schema", "tool %s: %s uses %s, which airlock cannot follow member by member to take only the declared arguments: declare the object's properties (and an array's items) directly", name, cmp.Or(path, "the schema"), kw)
+			}
 		}
 	}
 	for _, d := range []struct {
@@ -559,7 +562,7 @@ func foldedPropertyNames(schema map[string]any, path string) (where, a, b string
 	names := slices.Sorted(maps.Keys(props))
 	for i, n := range names {
 		for _, m := range names[i+1:] {
-			if strings.EqualFold(n, m) {
+			if FoldName(n) == FoldName(m) {
 				return cmp.Or(path, "the arguments"), n, m
 			}
 		}
@@ -732,4 +735,38 @@ func (t *Tool) Info() ToolInfo {
 		ti.SeparationOfDuties = ti.SelfApprovalReason == ""
 	}
 	return ti
+}
+
+// uncheckableKeywords are the schema keywords under which airlock cannot
+// tell which arguments a side-effecting tool declares.
+var uncheckableKeywords = []string{"$ref", "$dynamicRef", "anyOf", "oneOf", "allOf", "not", "if", "then", "else",
+	"prefixItems", "patternProperties", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "additionalItems"}
+
+// uncheckableSchema is the first place (its path, and the keyword) in
+// schema that declares arguments in a way the declared-arguments check
+// cannot follow; "" when there is none.
+func uncheckableSchema(schema map[string]any, path string) (string, string) {
+	for _, kw := range uncheckableKeywords {
+		if _, ok := schema[kw]; ok {
+			return path, kw
+		}
+	}
+	if items, ok := schema["items"]; ok {
+		sub, isSchema := items.(map[string]any)
+		if !isSchema {
+			return path, "items as a list"
+		}
+		if w, kw := uncheckableSchema(sub, strings.TrimPrefix(path+"[]", ".")); kw != "" {
+			return w, kw
+		}
+	}
+	props, _ := schema["properties"].(map[string]any)
+	for _, n := range slices.Sorted(maps.Keys(props)) {
+		if sub, ok := props[n].(map[string]any); ok {
+			if w, kw := uncheckableSchema(sub, strings.TrimPrefix(path+"."+n, ".")); kw != "" {
+				return w, kw
+			}
+		}
+	}
+	return "", ""
 }

@@ -104,6 +104,12 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 			return airlock.FieldErrorf(airlock.CodeInvalidArgument, path,
 				"unknown field %q: a tool that changes something takes only the arguments its input_schema declares (the ones keyed, looked up, checked and shown), so that its service cannot read another in their place; nothing was executed", path)
 		}
+		// Free-form objects too: two names one lenient reader takes for
+		// one (accountId, accountid) would let it read either.
+		if where, x, y := airlock.FoldedNames(args, ""); x != "" {
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, joinField(where, y),
+				"the members %q and %q differ only by case or by characters a reader may ignore: a service that matches names without regard to case could read one for the other; give one; nothing was executed", x, y)
+		}
 	}
 	for name, v := range args {
 		if a.checkField(props, name, v) != nil {
@@ -360,4 +366,12 @@ func numberOutOfRange(v any, path string) (string, string, bool) {
 		}
 	}
 	return "", "", false
+}
+
+// joinField is the path of member k of the object at where.
+func joinField(where, k string) string {
+	if where == "" {
+		return k
+	}
+	return where + "." + k
 }

@@ -342,6 +342,15 @@ tools:
 		{"write", `{type: object, properties: {id: {type: string}, Id: {type: string}}}`, `"Id" and "id"`},
 		{"write", `{type: object, properties: {id: {type: string}, payee: {type: object, properties: {account: {type: string}, ACCOUNT: {type: string}}}}}`, "of payee differ only by case"},
 		{"write", `{type: object, properties: {id: {type: string}}, additionalProperties: false}`, ""},
+		// Folded as a lenient reader folds: in full, by compatibility, without invisibles.
+		{"write", `{type: object, properties: {id: {type: string}, straße: {type: string}, strasse: {type: string}}}`, `"strasse" and "straße"`},
+		{"irreversible", "{type: object, properties: {id: {type: string}, \"account\u200bId\": {type: string}, accountId: {type: string}}}", "differ only by case"},
+		// What the declared-arguments check cannot follow.
+		{"irreversible", `{type: object, properties: {id: {type: string}, payout: {anyOf: [{type: object, properties: {accountId: {type: string}}}]}}}`, "payout uses anyOf"},
+		{"write", `{type: object, properties: {id: {type: string}, payout: {$ref: "#/$defs/P"}}, $defs: {P: {type: object}}}`, "payout uses $ref"},
+		{"write", `{type: object, properties: {id: {type: string}, pair: {type: array, prefixItems: [{type: object}]}}}`, "pair uses prefixItems"},
+		{"write", `{type: object, properties: {id: {type: string}, pair: {type: array, items: [{type: object}]}}}`, "items as a list"},
+		{"read", `{type: object, properties: {id: {type: string}, p: {anyOf: [{type: string}]}}}`, ""},
 		{"read", `{type: object, properties: {id: {type: string}, Id: {type: string}}, additionalProperties: true}`, ""},
 	} {
 		text := strings.NewReplacer("KIND", c.kind, "SCHEMA", c.schema).Replace(src)

@@ -41,7 +41,7 @@ tools:
         - {name: people, when: "true", decide: human}
   - name: credit
     kind: write
-    input_schema: {type: object, properties: {accountId: {type: string}, memo: {type: object, properties: {text: {type: string}}}}, required: [accountId]}
+    input_schema: {type: object, properties: {accountId: {type: string}, memo: {type: object, properties: {text: {type: string}}}, extra: {type: object}}, required: [accountId]}
     natural_key: [{field: accountId}]
     window: forever
     upstream: {name: payments, path: /credits}
@@ -146,6 +146,14 @@ func TestOnlyDeclaredArgumentsReachTheService(t *testing.T) {
 		status, body := c.send()
 		if !strings.Contains(body, `unknown field \"`+c.field+`\"`) && !strings.Contains(body, `unknown field "`+c.field+`"`) {
 			t.Errorf("%s: %d %s; want the undeclared argument %s refused", c.door, status, body, c.field)
+		}
+	}
+	// A free-form object declares no members, but two a lenient reader
+	// takes for one are refused all the same.
+	for _, extra := range []string{`{"to":"ACC-SMALL","TO":"ACC-BIG"}`, `{"to":"ACC-SMALL","t\u200bo":"ACC-BIG"}`} {
+		status, body := post("/v1/calls", `{"tool":"credit","args":{"accountId":"ACC-SMALL","extra":`+extra+`},"run_id":"r1"}`)
+		if status != http.StatusBadRequest || !strings.Contains(body, "differ only by case") || !strings.Contains(body, `"field":"extra.`) {
+			t.Errorf("a free-form object with %s: %d %s; want 400 naming the member", extra, status, body)
 		}
 	}
 	if n := paid.Load(); n != 0 {
