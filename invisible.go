@@ -19,8 +19,10 @@ import (
 // a control character (C0, DEL, C1), a format character (the bidi
 // controls, zero-width spaces and joiners, the byte-order mark, soft
 // hyphen, tags), a separator other than the space (no-break and other
-// width spaces, line and paragraph separators), a variation selector, the
-// combining grapheme joiner and the blank fillers (Hangul, Braille).
+// width spaces, line and paragraph separators), a variation selector, any
+// other code point Unicode says a renderer may ignore (the Mongolian free
+// variation selectors, U+2065, U+FFF0–FFF8, the unassigned tags) and the
+// blank fillers (Hangul, Braille).
 func Invisible(r rune) bool {
 	switch {
 	case r >= 0x20 && r < 0x7f:
@@ -32,7 +34,7 @@ func Invisible(r rune) bool {
 	case r >= 0xfe00 && r <= 0xfe0f, r >= 0xe0100 && r <= 0xe01ef:
 		return true
 	}
-	return unicode.In(r, unicode.Cf, unicode.Zs, unicode.Zl, unicode.Zp)
+	return unicode.In(r, unicode.Cf, unicode.Zs, unicode.Zl, unicode.Zp, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
 }
 
 // HasInvisible reports whether s holds an Invisible character.

@@ -43,6 +43,11 @@ func TestInvisibleCharacters(t *testing.T) {
 		{"Hangul filler", 0x3164, true},
 		{"Braille blank", 0x2800, true},
 		{"combining grapheme joiner", 0x034f, true},
+		{"Mongolian free variation selector", 0x180b, true},
+		{"an unassigned default ignorable", 0x2065, true},
+		{"a reserved specials ignorable", 0xfff0, true},
+		{"an unassigned tag", 0xe0080, true},
+		{"the last default ignorable", 0xe0fff, true},
 	} {
 		if got := Invisible(tc.r); got != tc.want {
 			t.Errorf("%s (U+%04X): Invisible %v, want %v", tc.name, tc.r, got, tc.want)

@@ -197,6 +197,10 @@ func jsonTypeName(v any) string {
 	}
 }
 
+// LookupPath is the value a natural key's dotted field path names in
+// parsed arguments (through objects, and arrays by index).
+func LookupPath(args map[string]any, path string) (any, bool) { return lookupPath(args, path) }
+
 // lookupPath follows a dotted path through objects (and, by index, arrays).
 func lookupPath(v any, path string) (any, bool) {
 	if m, ok := v.(map[string]any); ok && !strings.Contains(path, ".") {

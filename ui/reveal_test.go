@@ -1,6 +1,9 @@
 package ui
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // What a template shows without a badge is still revealed: the rendered
 // page keeps its markup's layout and shows any other invisible character
@@ -16,5 +19,16 @@ func TestRevealRestOfAPage(t *testing.T) {
 		if got := string(revealRest([]byte(in))); got != want {
 			t.Errorf("revealRest(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// Deep nesting does not blow the page up: the indented text of one value
+// stops at 64 KB and says it is cut.
+func TestDeepNestingIsCut(t *testing.T) {
+	t.Parallel()
+	raw := []byte(`{"record_id":"WD-1","lines":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}`)
+	out, cut := displayJSON(raw)
+	if !cut || len(out) > maxShownJSON+200 || !strings.Contains(string(out), "cut here") {
+		t.Fatalf("2,000 levels: %d bytes shown, cut %v", len(out), cut)
 	}
 }

@@ -28,6 +28,9 @@ const (
 	// maxShownString bounds a string in the arguments, facts or result a
 	// plan's page shows; the whole is at /ui/plans/{id}/arguments.json.
 	maxShownString = 1000
+	// maxShownJSON bounds the indented text of one value on a plan's page
+	// (deep nesting indents every level): past it, the rest is a link away.
+	maxShownJSON = 64 << 10
 )
 
 // invisibleNames name the invisible characters an approver is likeliest
@@ -116,6 +119,14 @@ func displayJSON(raw []byte) (out []byte, cut bool) {
 		}
 		if err := enc.WriteToken(tok); err != nil {
 			return raw, false
+		}
+		if buf.Len() > maxShownJSON {
+			b, n := buf.Bytes(), maxShownJSON
+			for n > 0 && !utf8.RuneStart(b[n]) {
+				n--
+			}
+			out := append(bytes.Clone(b[:n]), fmt.Sprintf("\n[… cut here: the value is %d bytes as sent; the whole is a link away]", len(raw))...)
+			return out, true
 		}
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), cut

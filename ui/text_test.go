@@ -179,3 +179,33 @@ func BenchmarkQueueOfLongPlans(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "page-bytes")
 }
+
+// A natural key at a nested path is shown in the queue and marked like a
+// top-level one.
+func TestANestedKeyFieldIsShownAndMarked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nested := strings.NewReplacer("properties: {record_id: {type: string}}", "properties: {payee: {type: object, properties: {account: {type: string}}}}",
+		"natural_key: [{field: record_id}]", "natural_key: [{field: payee.account}]").Replace(pageManifest)
+	m, s, g, plans := pageDeps(t, nested)
+	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
+		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	p := pageClient{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
+	signInAs(t, p.c, srv.URL, "ana")
+	for _, account := range []string{"ACC-1", "ACC-1\u200b"} {
+		raw, _ := json.Marshal(map[string]any{"payee": map[string]string{"account": account}})
+		if _, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), airlock.MustArgs(string(raw)), "run-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, queue, _ := p.get("/ui/")
+	if strings.Count(queue, "payee.account: ACC-1") != 2 || strings.Count(queue, `class="marked"`) != 1 {
+		t.Fatalf("the queue of nested keys: %d shown, %d marked; want 2 and 1:\n%s", strings.Count(queue, "payee.account: ACC-1"), strings.Count(queue, `class="marked"`), queue)
+	}
+}

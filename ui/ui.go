@@ -701,7 +701,7 @@ func naturalKeyValues(t *airlock.Tool, args json.RawMessage) []pair {
 	}
 	pairs := make([]pair, 0, len(t.NaturalKey))
 	for _, kf := range t.NaturalKey {
-		if v, ok := m[kf.Field]; ok {
+		if v, ok := airlock.LookupPath(m, kf.Field); ok {
 			pairs = append(pairs, pair{kf.Field, fmt.Sprint(v)})
 		}
 	}
