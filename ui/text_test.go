@@ -189,7 +189,9 @@ func TestANestedKeyFieldIsShownAndMarked(t *testing.T) {
 		"natural_key: [{field: record_id}]", "natural_key: [{field: payee.account}]").Replace(pageManifest)
 	m, s, g, plans := pageDeps(t, nested)
 	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
-		func(token string) (ui.Principal, bool) { return ui.Principal{Name: token, Role: airlock.RoleApprover}, true }))
+		func(token string) (ui.Principal, bool) {
+			return ui.Principal{Name: token, Role: airlock.RoleApprover}, true
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
