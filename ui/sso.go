@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 
+	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/auth/oidc"
 )
 
@@ -64,15 +66,26 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	// The flow is used once, whatever happens next.
 	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: "", Path: "/ui/oidc/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: u.secure(r)})
 	q := r.URL.Query()
+	f, old, ok := u.flowOf(r)
 	if e := q.Get("error"); e != "" {
-		msg := "The identity provider did not sign you in (" + e + ")."
-		if d := q.Get("error_description"); d != "" {
-			msg = fmt.Sprintf("The identity provider did not sign you in: %s (%s).", d, e)
+		// A link can carry any error text: the page says what it knows in
+		// its own words, naming the error only when it is one RFC 6749 and
+		// OpenID Connect define, and logs the provider's description.
+		msg := "The identity provider did not sign you in."
+		if slices.Contains(oauthErrors, e) {
+			msg = "The identity provider did not sign you in (" + e + ")."
+		}
+		u.log.Warn("airlock ui: the identity provider did not sign in", "error", airlock.Shorten(e, 100), "description", airlock.Shorten(q.Get("error_description"), 500))
+		// A renewal the provider refuses ends the session it renewed.
+		if ok && old != "" {
+			if err := u.cfg.Store.DeleteSession(r.Context(), old); err != nil {
+				u.fail(w, r, err)
+				return
+			}
 		}
 		u.render(w, r, http.StatusUnauthorized, "signin", "Sign in", nil, msg)
 		return
 	}
-	f, old, ok := u.flowOf(r)
 	if !ok || q.Get("state") == "" || !hmac.Equal([]byte(q.Get("state")), []byte(f.State)) || q.Get("code") == "" {
 		u.render(w, r, http.StatusBadRequest, "signin", "Sign in", nil, "This sign-in expired or was started in another browser. Try again.")
 		return
@@ -119,3 +132,10 @@ func (u *UI) ssoCallback(w http.ResponseWriter, r *http.Request) {
 	_, _ = fmt.Fprintf(w, `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/ui/"><title>Signed in</title></head><body><p>Signed in as %s. <a href="/ui/">Continue to the queue</a>.</p></body></html>`,
 		template.HTMLEscapeString(id.Name))
 }
+
+// oauthErrors are the error codes an authorization response may carry
+// (RFC 6749 4.1.2.1, OpenID Connect Core 3.1.2.6).
+var oauthErrors = []string{"invalid_request", "unauthorized_client", "access_denied", "unsupported_response_type", "invalid_scope",
+	"server_error", "temporarily_unavailable", "interaction_required", "login_required", "account_selection_required",
+	"consent_required", "invalid_request_uri", "invalid_request_object", "request_not_supported", "request_uri_not_supported",
+	"registration_not_supported"}

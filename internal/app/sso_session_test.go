@@ -161,6 +161,19 @@ func TestSingleSignOnSessionsEndWithTheGroup(t *testing.T) {
 		}
 		stillWaits(t)
 	})
+	t.Run("the provider refuses the renewal: signed out", func(t *testing.T) {
+		c := f.browser()
+		signIn(c, ana)
+		clock.Advance(manifest.DefaultOIDCRecheck + time.Second)
+		old := sessionCookie(c, base)
+		f.start(t, c, ana)
+		if st, _ := f.callback(t, c, url.Values{"error": {"access_denied"}}); st != http.StatusUnauthorized {
+			t.Fatalf("the refused renewal: %d", st)
+		}
+		if st := pageWithCookie(t, base, old); st != http.StatusSeeOther {
+			t.Fatalf("the session after the provider refused its renewal: %d", st)
+		}
+	})
 	t.Run("signing out needs no renewal", func(t *testing.T) {
 		c := f.browser()
 		csrf, _ := signIn(c, ana)

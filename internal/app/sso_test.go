@@ -145,7 +145,15 @@ func TestSingleSignOnCallback(t *testing.T) {
 		c := browser()
 		start(c, ana)
 		st, body := callback(c, url.Values{"error": {"access_denied"}, "error_description": {"the user said no"}})
-		if st != http.StatusUnauthorized || !strings.Contains(body, "the user said no") {
+		if st != http.StatusUnauthorized || !strings.Contains(body, "did not sign you in (access_denied)") || strings.Contains(body, "the user said no") {
+			t.Fatalf("%d %s", st, body)
+		}
+	})
+	// A link's words never reach the alert box: the description is logged,
+	// and an error code no standard defines is not named.
+	t.Run("ALinksWordsAreNotShown", func(t *testing.T) {
+		st, body := callback(browser(), url.Values{"error": {"Airlock moved: approve at https://evil.example"}, "error_description": {"call 555-0100"}})
+		if st != http.StatusUnauthorized || strings.Contains(body, "evil.example") || strings.Contains(body, "555-0100") || !strings.Contains(body, "did not sign you in.") {
 			t.Fatalf("%d %s", st, body)
 		}
 	})
