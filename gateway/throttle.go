@@ -29,8 +29,9 @@ type Throttle struct {
 	onFail     func(kind string) // the metric of failures, or nil
 	onRefuse   func(kind string) // the metric of refusals, or nil
 
-	mu     sync.Mutex
-	byAddr map[string]*strikes
+	mu        sync.Mutex
+	byAddr    map[string]*strikes
+	lastSweep time.Time // when addresses quiet long enough were last dropped
 	// struck is len(byAddr), read without the lock: with no failures
 	// anywhere (the usual case) a request takes no lock here.
 	struck atomic.Int64
@@ -148,6 +149,7 @@ func (t *Throttle) Wait(addr, kind string) time.Duration {
 	if t.struck.Load() == 0 {
 		return 0
 	}
+	addr = throttleKey(addr)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.byAddr[addr]
@@ -178,10 +180,13 @@ func (t *Throttle) Fail(addr, kind string) {
 	if t.onFail != nil {
 		t.onFail(kind)
 	}
+	addr = throttleKey(addr)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if len(t.byAddr) > 10_000 {
+	if len(t.byAddr) > 10_000 && now.Sub(t.lastSweep) > time.Minute {
+		// At most once a minute: a sweep reads every address under the lock.
+		t.lastSweep = now
 		for a, s := range t.byAddr { // forget addresses quiet long enough
 			if now.Sub(s.last) > t.forget && !now.Before(s.until) {
 				delete(t.byAddr, a)
@@ -211,4 +216,19 @@ func (t *Throttle) Fail(addr, kind string) {
 // refuse answers 429 with Retry-After (whole seconds, at least 1).
 func refuse(w http.ResponseWriter, wait time.Duration) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+}
+
+// throttleKey is what the throttle counts an address under: an IPv4
+// address itself, an IPv6 address its /64 — one host holds a /64, and
+// would otherwise have five free guesses from each of its addresses.
+func throttleKey(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil || ip.Unmap().Is4() {
+		return addr
+	}
+	p, err := ip.Prefix(64)
+	if err != nil {
+		return addr
+	}
+	return p.String()
 }

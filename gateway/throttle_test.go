@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -169,5 +170,21 @@ func TestAnOwnTokenBetweenGuessesDoesNotResetThem(t *testing.T) {
 	// it) for 2 s: the three seconds the guesses take allow no more.
 	if answered > 7 {
 		t.Fatalf("%d of 30 interleaved guesses were answered; want at most 7", answered)
+	}
+}
+
+// An IPv6 host holds a /64: its addresses share one count of failures.
+func TestThrottleCountsAnIPv6SlashSixtyFourAsOneAddress(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	th := gateway.NewThrottle(&gateway.ThrottleConfig{Now: clock.Now})
+	for i := range 6 {
+		th.Fail(fmt.Sprintf("2001:db8:1:2::%x", i+1), "bearer")
+	}
+	if th.Wait("2001:db8:1:2::ffff", "bearer") == 0 {
+		t.Fatal("six failures from one /64: another of its addresses may try at once")
+	}
+	if th.Wait("2001:db8:1:3::1", "bearer") != 0 || th.Wait("192.0.2.1", "bearer") != 0 {
+		t.Fatal("another /64 or an IPv4 address waits for them")
 	}
 }

@@ -646,6 +646,12 @@ func (a *Auth) validate(v *validator) {
 		case strings.Contains(tok.Name, ":"):
 			// oidc: and jwt: name principals from elsewhere (docs/identity.md).
 			v.add(p+".name", "token name %q may not contain ':' (names with a colon are those of people and programs from an identity provider, such as oidc:… and jwt:…)", tok.Name)
+		case tok.Name == airlock.ActorSystem || tok.Name == airlock.ActorReconcile:
+			// airlock's own actors: a token so named would pass for them
+			// (a plan proposed over stdio, a rule's automatic decision).
+			v.add(p+".name", "token name %q is airlock's own actor in the audit log; choose another", tok.Name)
+		case tok.Name != strings.TrimSpace(tok.Name) || airlock.HasInvisible(tok.Name):
+			v.add(p+".name", "token name %q holds spaces at its ends or invisible characters", tok.Name)
 		}
 		seen[tok.Name] = true
 		for _, s := range []struct{ kind, value string }{{"sha256", strings.ToLower(tok.SHA256)}, {"env variable", tok.Env}} {

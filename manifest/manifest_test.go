@@ -170,6 +170,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{"tools[1].upstream", "names no upstream"}},
 		{"a read tool run by its caller", "    input_schema: {type: object, properties: {record_id: {type: string}}}\n  - name: approve", "    input_schema: {type: object, properties: {record_id: {type: string}}}\n    upstream: {caller: true}\n  - name: approve", "test.yaml:",
 			[]string{"tools[0].upstream.caller", "a read tool has nothing to guard"}},
+		{"a token named as airlock's own actor", "tools:\n", "auth: {tokens: [{name: system, role: agent, sha256: \"0000000000000000000000000000000000000000000000000000000000000000\"}]}\ntools:\n", "test.yaml:",
+			[]string{"auth.tokens[0].name", "airlock's own actor"}},
 		{"workers on a write tool", "    window: business_day\n", "    window: business_day\n    upstream: {caller: true, workers: [payments-worker]}\n", "test.yaml:",
 			[]string{"tools[1].upstream.workers", "irreversible tool run by its caller"}},
 		{"a worker without a name", "    kind: write\n", "    kind: irreversible\n    upstream: {caller: true, workers: [\" \"]}\n", "test.yaml:",

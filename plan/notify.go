@@ -87,6 +87,9 @@ func (s *Service) Announce(ctx context.Context, planID string) error {
 			p.ID, p.Tool, noticeText(ruleOrNone(p.Rule)), noticeText(string(p.Args)), noticeText(factsOrNone(p)), p.ExpiresAt.Format(time.RFC3339)),
 		"plan": p,
 	})
+	// The plan member carries the agent's text whole: its invisible
+	// characters as \u escapes, the same values, nothing a reader acts on.
+	body = airlock.EscapeInvisibleJSON(body)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))

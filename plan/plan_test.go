@@ -504,7 +504,8 @@ func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 	_ = json.Unmarshal(d.body, &body)
 	text, _ := body["text"].(string)
 	if strings.ContainsAny(text, "<>") || !strings.Contains(text, "&lt;!channel&gt;") || len(text) > 2000 || !strings.Contains(text, "bytes in all") ||
-		airlock.HasInvisible(strings.ReplaceAll(text, " ", "")) || !strings.Contains(text, "WD-1[U+200B] [U+202E]DETTELPMOC") {
+		airlock.HasInvisible(strings.ReplaceAll(text, " ", "")) || !strings.Contains(text, "WD-1[U+200B] [U+202E]DETTELPMOC") ||
+		airlock.HasInvisible(strings.ReplaceAll(string(d.body), " ", "")) {
 		t.Fatalf("a notice of agent-made text (%d bytes): %q", len(text), text)
 	}
 	refuse.Store(true)
