@@ -11,7 +11,6 @@ import (
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/audit"
-	"github.com/airlockhq/airlock/store"
 )
 
 // cmdAudit verifies, exports or purges the audit log, on the database
@@ -74,9 +73,9 @@ func cmdAudit(e *env, args []string) int {
 	if sub == "export" && !since.t.IsZero() && !until.t.IsZero() && !since.t.Before(until.t) {
 		return fail(e, "audit export: --since (%s) must be before --until (%s)", since.t.Format(time.RFC3339), until.t.Format(time.RFC3339))
 	}
-	s, err := store.OpenMigrated(e.ctx, *db)
-	if err != nil {
-		return fail(e, "%v", err)
+	s, code := openForReading(e, *db) // nothing created, nothing migrated
+	if code != 0 {
+		return code
 	}
 	defer s.Close()
 	if *seal {

@@ -51,6 +51,9 @@ func openPlanClient(ctx context.Context, db, url, token, by, config string) (*pl
 		if err != nil {
 			return nil, err
 		}
+		if err := existingDatabase(db); err != nil {
+			return nil, err // opening it would create it
+		}
 		// No migrations and no background loops: a running server owns them.
 		a, err := app.New(ctx, &app.Config{Manifest: m, ManifestDir: manifestDir(config), DSN: db, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -58,7 +61,7 @@ func openPlanClient(ctx context.Context, db, url, token, by, config string) (*pl
 		}
 		if err := a.Store.Ping(ctx); err != nil {
 			_ = a.Close(context.Background())
-			return nil, fmt.Errorf("%w (run airlock migrate --db first)", err)
+			return nil, &noDatabaseError{fmt.Sprintf("--db %s is not an airlock database at this version: %v (airlock migrate --db migrates it)", redactDSN(db), err)}
 		}
 		if strings.TrimSpace(by) == "" {
 			by = "cli" // no --as and no $USER
@@ -187,7 +190,7 @@ func cmdPlans(e *env, args []string) int {
 	rest = append(rest, fs.Args()...)
 	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)

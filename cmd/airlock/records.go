@@ -39,7 +39,7 @@ func cmdRecords(e *env, args []string) int {
 	}
 	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)

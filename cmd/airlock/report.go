@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/metrics"
-	"github.com/airlockhq/airlock/store"
 )
 
 // cmdReport prints the figures that show the protection works, computed
@@ -44,9 +43,9 @@ func cmdReport(e *env, args []string) int {
 		if err != nil {
 			return fail(e, "%v", err)
 		}
-		s, err := store.OpenMigrated(e.ctx, *db)
-		if err != nil {
-			return fail(e, "%v", err)
+		s, code := openForReading(e, *db) // nothing created, nothing migrated
+		if code != 0 {
+			return code
 		}
 		defer s.Close()
 		if r, err = metrics.Compute(e.ctx, s, &m.Catalog, *since, time.Now()); err != nil {
