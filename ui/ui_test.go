@@ -229,7 +229,7 @@ func TestPlanPageOffersNoDecisionToWhoMayNotDecide(t *testing.T) {
 		t.Errorf("bob, not among pay's approvers, is offered a decision or not told why:\n%s", bob)
 	}
 	ana := planPage("ana")
-	if !strings.Contains(ana, `id="reject"`) || !strings.Contains(ana, `id="approve"`) || strings.Contains(ana, `id="cannot-decide"`) {
+	if !strings.Contains(ana, `id="reject"`) || !strings.Contains(ana, `id="approve"`) || strings.Contains(ana, `id="cannot-decide"`) || !strings.Contains(ana, `id="expires"`) {
 		t.Errorf("ana, pay's approver, is not offered both decisions:\n%s", ana)
 	}
 }
@@ -316,8 +316,8 @@ func TestSignInFormsAndPlans(t *testing.T) {
 		t.Fatalf("the approver's sign-in: %d", code)
 	}
 	code, body, _ := get(ana, "/ui/plans/"+p.ID)
-	if code != http.StatusOK || !strings.Contains(body, `id="status">withdrawn<`) {
-		t.Fatalf("the withdrawn plan's page: %d\n%s", code, body)
+	if code != http.StatusOK || !strings.Contains(body, `id="status">withdrawn<`) || strings.Contains(body, `id="expires"`) {
+		t.Fatalf("the withdrawn plan's page (no expiry for a plan no one decides any more): %d\n%s", code, body)
 	}
 	// The queue pages past any count, shows the true count and names each
 	// plan's work.
