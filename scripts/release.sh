@@ -11,6 +11,12 @@ VERSION=${1:?usage: scripts/release.sh VERSION [OUT]}
 OUT=${2:-dist}
 case "$VERSION" in v[0-9]*) ;; *) echo "release: VERSION must look like v0.3.0, not $VERSION" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
+# The prerequisites first, before minutes of building (README, "Release").
+SBOM_TOOL=${SBOM_TOOL:-cyclonedx-gomod}
+if ! command -v "$SBOM_TOOL" >/dev/null; then
+  echo "release: $SBOM_TOOL not found; install it first: go install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0 (or set SBOM_TOOL)" >&2
+  exit 2
+fi
 COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 DATE=$(date -u -d "@$EPOCH" +%Y-%m-%dT%H:%M:%SZ)
@@ -27,14 +33,8 @@ for target in ${TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windo
   echo "built $OUT/$name"
 done
 # The SBOM: every module the binary links, with versions and hashes.
-SBOM_TOOL=${SBOM_TOOL:-cyclonedx-gomod}
-if command -v "$SBOM_TOOL" >/dev/null; then
-  GOFLAGS=-mod=mod "$SBOM_TOOL" app -json -noserial -notimestamp -main cmd/airlock -output "$OUT/airlock_${VERSION}.sbom.cdx.json" . >/dev/null
-  echo "wrote $OUT/airlock_${VERSION}.sbom.cdx.json"
-else
-  echo "release: $SBOM_TOOL not found (go install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0)" >&2
-  exit 1
-fi
+GOFLAGS=-mod=mod "$SBOM_TOOL" app -json -noserial -notimestamp -main cmd/airlock -output "$OUT/airlock_${VERSION}.sbom.cdx.json" . >/dev/null
+echo "wrote $OUT/airlock_${VERSION}.sbom.cdx.json"
 # The image: linux binaries on an empty base.
 images=()
 for arch in amd64 arm64; do
