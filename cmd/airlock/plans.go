@@ -249,11 +249,14 @@ func cmdPlans(e *env, args []string) int {
 // escapes: the same values, and nothing a terminal would act on or hide
 // (docs/hardening.md, "text that cannot disguise itself").
 func printJSON(e *env, v any) int {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // < stays <: a terminal is not a page
+	if err := enc.Encode(v); err != nil {
 		return fail(e, "%v", err)
 	}
-	_, _ = e.stdout.Write(append(airlock.EscapeInvisibleJSON(b), '\n'))
+	_, _ = e.stdout.Write(airlock.EscapeInvisibleJSON(buf.Bytes()))
 	return 0
 }
 

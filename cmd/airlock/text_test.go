@@ -55,6 +55,7 @@ func TestCLITextCannotDisguiseItself(t *testing.T) {
 		{"WD-\u2067\u202e3184\u2069", "run-1"},
 		{"WD-1", "1-tnega yb desoporp\u202e"},
 		{"WD-LONG-" + strings.Repeat("9", 5000), "run-1"},
+		{"WD-<7>&", "run-1"},
 	} {
 		raw, _ := json.Marshal(map[string]string{"record_id": c.recordID})
 		p, _, err := a.Plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("approve_withdrawal"), airlock.MustArgs(string(raw)), c.run)
@@ -84,8 +85,11 @@ func TestCLITextCannotDisguiseItself(t *testing.T) {
 			t.Fatalf("plans list (%d) does not show %s:\n%s%s", r.code, want, r.stdout, r.stderr)
 		}
 	}
-	if n := strings.Count(r.stdout, "\n"); n != 5 {
-		t.Fatalf("plans list: %d lines, want a heading and 4 plans:\n%s", n, r.stdout)
+	if n := strings.Count(r.stdout, "\n"); n != 6 {
+		t.Fatalf("plans list: %d lines, want a heading and 5 plans:\n%s", n, r.stdout)
+	}
+	if r := runCLI(t, "plans", "list", "--db", dsn, "--config", config, "--format", "json"); !strings.Contains(r.stdout, `WD-<7>&`) {
+		t.Fatalf("plans list as JSON escapes < and & as a page would (\\u003c): %s", r.stdout)
 	}
 	r = runCLI(t, "plans", "show", shown.ID, "--db", dsn, "--config", config)
 	raw("plans show", r.stdout)
