@@ -155,6 +155,29 @@ class PlanTest(unittest.TestCase):
             t.join(10)
         self.assertFalse(t.is_alive())
 
+    def test_stop_ends_an_idle_run_within_a_second_or_so(self) -> None:
+        # wait_seconds=20 long-polled a whole 20 s before stop() took effect.
+        polling = threading.Event()
+
+        class Watched:  # the client, telling when a poll begins
+            def __init__(self, c: airlock.Client) -> None:
+                self.c = c
+
+            def next_commit(self, tools, wait_seconds=0):
+                polling.set()
+                return self.c.next_commit(tools, wait_seconds)
+
+            def __getattr__(self, name):
+                return getattr(self.c, name)
+
+        worker = airlock.Worker({"wire_out": lambda record_id, amount: {"ok": True}}, client=Watched(self.client), wait_seconds=20)
+        t = threading.Thread(target=worker.run)
+        t.start()
+        self.assertTrue(polling.wait(10), "the worker never asked for work")
+        worker.stop()
+        t.join(5)
+        self.assertFalse(t.is_alive(), "stop() did not end an idle run within 5 s")
+
     def child(self, tool: str, ledger: str) -> subprocess.Popen:
         src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src"))
         code = CHILD.format(src=src, url=server.url, token=AGENT_TOKEN, ledger=ledger, tool=tool)

@@ -322,11 +322,13 @@ class Worker:
         return self.client._execute(work, lambda: handler(**plan["args"]), self.failures)
 
     def run(self) -> None:
-        """Runs plans until stop(). airlock unreachable: waits and asks again."""
+        """Runs plans until stop(). airlock unreachable: waits and asks again.
+        It asks for work a second at a time (at most wait_seconds), so that
+        stop() takes effect within about a second when there is none."""
         delay = 0.5
         while not self._stop.is_set():
             try:
-                self.run_once()
+                self.run_once(min(self.wait_seconds, _STOP_POLL))
                 delay = 0.5
             except AirlockError as e:
                 if e.status not in (0, 503):
@@ -335,8 +337,14 @@ class Worker:
                 delay = min(delay * 2, 10.0)
 
     def stop(self) -> None:
-        """Ends run() after the plan in hand, if any."""
+        """Ends run() after the plan in hand, if any, and within about a
+        second when there is none."""
         self._stop.set()
+
+
+# How long run() asks for work at a time: stop() waits at most this long
+# for a poll that has nothing.
+_STOP_POLL = 1.0
 
 
 class _Renewal:
