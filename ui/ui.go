@@ -765,11 +765,12 @@ func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	marked := airlock.HasInvisible(p.RunID)
-	if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
+	tool := u.cfg.Manifest.Tool(p.Tool)
+	if tool != nil {
 		marked = marked || hasInvisible(naturalKeyValues(tool, p.Args))
 	}
 	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail, "CannotApprove": cannotApprove, "CannotDecide": cannotDecide,
-		"Marked": marked}, u.popFlash(r))
+		"Marked": marked, "Tool": tool}, u.popFlash(r))
 }
 
 // planJSON is a plan's arguments, facts or result whole (the plan's page

@@ -229,6 +229,9 @@ func TestPlanPageOffersNoDecisionToWhoMayNotDecide(t *testing.T) {
 		t.Errorf("bob, not among pay's approvers, is offered a decision or not told why:\n%s", bob)
 	}
 	ana := planPage("ana")
+	if !strings.Contains(ana, `<dt>Who approves it?</dt><dd>A person.</dd>`) || !strings.Contains(ana, `<dt>Can it be undone?</dt><dd>No.</dd>`) {
+		t.Errorf("the plan page does not show the tool's three answers:\n%s", ana)
+	}
 	if !strings.Contains(ana, `id="reject"`) || !strings.Contains(ana, `id="approve"`) || strings.Contains(ana, `id="cannot-decide"`) || !strings.Contains(ana, `id="expires"`) {
 		t.Errorf("ana, pay's approver, is not offered both decisions:\n%s", ana)
 	}
