@@ -39,14 +39,14 @@ func ascii(s string) bool {
 }
 
 // FoldedNames finds, at any depth of v (parsed JSON), an object with two
-// member names of one FoldName: where (its path, "" for the top) and the
-// two names, in order; "" when there is none.
-func FoldedNames(v any, path string) (where, a, b string) {
+// member names of one FoldName: the path of the second (under path) and
+// the two names, in order; "" when there is none.
+func FoldedNames(v any, path string) (field, a, b string) {
 	switch x := v.(type) {
 	case map[string]any:
 		if len(x) > 1 {
 			if a, b := foldedPair(x); a != "" {
-				return path, a, b
+				return joinPath(path, b), a, b
 			}
 		}
 		for k, e := range x {

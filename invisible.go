@@ -52,6 +52,17 @@ func HasInvisible(s string) bool {
 // hides, reorders or rewrites what is around it.
 func RevealInvisible(s string) string { return reveal(s, false) }
 
+// RevealShortened is s as text of a bounded place shows it (a notice, a
+// CLI table's cell): RevealInvisible, then cut at max bytes with its full
+// length said.
+func RevealShortened(s string, max int) string {
+	n := len(s)
+	if s = RevealInvisible(s); len(s) > max {
+		s = fmt.Sprintf("%s (%d bytes in all)", Shorten(s, max), n)
+	}
+	return s
+}
+
 // RevealInvisibleLines is RevealInvisible keeping newlines and tabs, for
 // text of several lines (an error message on a terminal).
 func RevealInvisibleLines(s string) string { return reveal(s, true) }

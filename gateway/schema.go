@@ -106,8 +106,8 @@ func (a *argsSchema) validate(parsed *airlock.Args) error {
 		}
 		// Free-form objects too: two names one lenient reader takes for
 		// one (accountId, accountid) would let it read either.
-		if where, x, y := airlock.FoldedNames(args, ""); x != "" {
-			return airlock.FieldErrorf(airlock.CodeInvalidArgument, joinField(where, y),
+		if field, x, y := airlock.FoldedNames(args, ""); x != "" {
+			return airlock.FieldErrorf(airlock.CodeInvalidArgument, field,
 				"the members %q and %q differ only by case or by characters a reader may ignore: a service that matches names without regard to case could read one for the other; give one; nothing was executed", x, y)
 		}
 	}
@@ -366,12 +366,4 @@ func numberOutOfRange(v any, path string) (string, string, bool) {
 		}
 	}
 	return "", "", false
-}
-
-// joinField is the path of member k of the object at where.
-func joinField(where, k string) string {
-	if where == "" {
-		return k
-	}
-	return where + "." + k
 }

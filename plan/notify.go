@@ -137,11 +137,7 @@ const maxNoticePart = 500
 // said), and with &, < and > escaped as Slack asks, so that it cannot make
 // a link or a mention (<!channel>).
 func noticeText(s string) string {
-	n := len(s)
-	if s = airlock.RevealInvisible(s); len(s) > maxNoticePart {
-		s = fmt.Sprintf("%s (%d bytes in all)", airlock.Shorten(s, maxNoticePart), n)
-	}
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(airlock.RevealShortened(s, maxNoticePart))
 }
 
 func factsOrNone(p *airlock.Plan) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 
@@ -98,6 +99,25 @@ func shownJSON(raw json.RawMessage) template.HTML {
 	return template.HTML(b.String())
 }
 
+// planPart is a plan's arguments, facts or result as its page shows them:
+// shownJSON in a <pre id=id>, and, when it was cut, a link to the whole
+// (/ui/plans/{planID}/{name}.json).
+func planPart(planID, id, name string, raw json.RawMessage) template.HTML {
+	if len(raw) == 0 {
+		return template.HTML(`<pre id="` + id + `">—</pre>`)
+	}
+	out, cut := displayJSON(raw)
+	var b strings.Builder
+	b.WriteString(`<pre id="` + id + `">`)
+	writeShown(&b, string(out))
+	b.WriteString(`</pre>`)
+	if cut {
+		fmt.Fprintf(&b, `<p><a href="/ui/plans/%s/%s.json" id="whole-%s">The whole %s (%d bytes)</a></p>`,
+			template.HTMLEscapeString(url.PathEscape(planID)), name, id, name, len(raw))
+	}
+	return template.HTML(b.String())
+}
+
 // displayJSON is raw indented, its long strings cut; cut reports whether
 // one was. Member order is kept.
 func displayJSON(raw []byte) (out []byte, cut bool) {
@@ -130,12 +150,6 @@ func displayJSON(raw []byte) (out []byte, cut bool) {
 		}
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), cut
-}
-
-// isCut reports whether the page shows raw cut.
-func isCut(raw json.RawMessage) bool {
-	_, cut := displayJSON(raw)
-	return cut
 }
 
 // revealRest writes every invisible character left in a rendered page,

@@ -25,11 +25,11 @@ type pageClient struct {
 	c    *http.Client
 }
 
-// approverPage serves a page of pageManifest whose every token signs in as
-// an approver of that name, and signs ana in.
-func approverPage(t testing.TB) (*manifest.Manifest, *plan.Service, pageClient) {
+// approverPage serves a page of manifestText whose every token signs in
+// as an approver of that name, and signs ana in.
+func approverPage(t testing.TB, manifestText string) (*manifest.Manifest, *plan.Service, pageClient) {
 	t.Helper()
-	m, s, g, plans := pageDeps(t, pageManifest)
+	m, s, g, plans := pageDeps(t, manifestText)
 	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
 		func(token string) (ui.Principal, bool) {
 			return ui.Principal{Name: token, Role: airlock.RoleApprover}, true
@@ -75,7 +75,7 @@ func noInvisible(t *testing.T, what, page string) {
 func TestAgentTextCannotDisguiseItselfOnThePage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m, plans, p := approverPage(t)
+	m, plans, p := approverPage(t, pageManifest)
 
 	propose := func(recordID, run string) *airlock.Plan {
 		t.Helper()
@@ -121,7 +121,7 @@ func TestAgentTextCannotDisguiseItselfOnThePage(t *testing.T) {
 func TestLongValuesAreCutAndTheWholeIsALinkAway(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m, plans, p := approverPage(t)
+	m, plans, p := approverPage(t, pageManifest)
 
 	var last *airlock.Plan
 	for i := range 100 {
@@ -159,7 +159,7 @@ func TestLongValuesAreCutAndTheWholeIsALinkAway(t *testing.T) {
 // costs (docs/BENCHMARKS.md, "The approvers' queue").
 func BenchmarkQueueOfLongPlans(b *testing.B) {
 	ctx := context.Background()
-	m, plans, p := approverPage(b)
+	m, plans, p := approverPage(b, pageManifest)
 	for i := range 100 {
 		raw, _ := json.Marshal(map[string]string{"record_id": fmt.Sprintf("WD-%03d-", i) + strings.Repeat("x\u200b", 100_000/4)})
 		if _, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), airlock.MustArgs(string(raw)), "run-long"); err != nil {
@@ -187,19 +187,7 @@ func TestANestedKeyFieldIsShownAndMarked(t *testing.T) {
 	ctx := context.Background()
 	nested := strings.NewReplacer("properties: {record_id: {type: string}}", "properties: {payee: {type: object, properties: {account: {type: string}}}}",
 		"natural_key: [{field: record_id}]", "natural_key: [{field: payee.account}]").Replace(pageManifest)
-	m, s, g, plans := pageDeps(t, nested)
-	page, err := ui.New(withTokens(ui.Config{Manifest: m, Store: s, Guard: g, Plans: plans},
-		func(token string) (ui.Principal, bool) {
-			return ui.Principal{Name: token, Role: airlock.RoleApprover}, true
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(page.Handler())
-	t.Cleanup(srv.Close)
-	jar, _ := cookiejar.New(nil)
-	p := pageClient{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
-	signInAs(t, p.c, srv.URL, "ana")
+	m, plans, p := approverPage(t, nested)
 	for _, account := range []string{"ACC-1", "ACC-1\u200b"} {
 		raw, _ := json.Marshal(map[string]any{"payee": map[string]string{"account": account}})
 		if _, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), airlock.MustArgs(string(raw)), "run-1"); err != nil {

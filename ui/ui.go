@@ -181,7 +181,7 @@ func New(cfg Config) (*UI, error) {
 		"json":  shownJSON,
 		"cell":  cell,
 		"note":  func(s string) template.HTML { return shown(s, airlock.MaxNoteBytes) },
-		"cut":   isCut,
+		"part":  planPart,
 		"since": func(t time.Time) string { return cfg.Clock.Since(t).Round(time.Second).String() },
 		"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 		"join":  strings.Join,

@@ -267,10 +267,4 @@ const maxTableCell = 200
 // characters (an escape, a carriage return, a bidi override, a tab that
 // would shift the columns) as [U+XXXX], cut at maxTableCell bytes with its
 // length said.
-func tableCell(s string) string {
-	n := len(s)
-	if s = airlock.RevealInvisible(s); len(s) > maxTableCell {
-		s = fmt.Sprintf("%s (%d bytes in all)", airlock.Shorten(s, maxTableCell), n)
-	}
-	return s
-}
+func tableCell(s string) string { return airlock.RevealShortened(s, maxTableCell) }
