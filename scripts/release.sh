@@ -34,6 +34,9 @@ for target in ${TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windo
 done
 # The SBOM: every module the binary links, with versions and hashes.
 GOFLAGS=-mod=mod "$SBOM_TOOL" app -json -noserial -notimestamp -main cmd/airlock -output "$OUT/airlock_${VERSION}.sbom.cdx.json" . >/dev/null
+# It names airlock by git's version (a pseudo-version before the tag): the
+# release's, as the binaries say it.
+go run ./internal/sbomversion --version "$VERSION" "$OUT/airlock_${VERSION}.sbom.cdx.json"
 echo "wrote $OUT/airlock_${VERSION}.sbom.cdx.json"
 # The image: linux binaries on an empty base.
 images=()

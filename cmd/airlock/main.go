@@ -88,6 +88,9 @@ func commands() []command {
 		{name: "policy", summary: "the approval rules' tests", run: cmdPolicy, subs: []subcommand{
 			{"test", "", "run the approval rules' test files"},
 		}},
+		{name: "example", summary: "run a service of the bundled example on its own", run: cmdExample, subs: []subcommand{
+			{"payments", "", "the example's fake payments service, which its tools call (the deploy files' payments:9000)"},
+		}},
 		{name: "demo", summary: "replay the overnight withdrawals incident, without and with airlock", run: cmdDemo},
 		{name: "bench", summary: "measure new calls, repeats and races against a plain baseline", run: cmdBench},
 		{name: "version", summary: "the version, commit, build date, Go version and schema version (of --db too)", run: cmdVersion},

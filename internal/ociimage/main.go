@@ -79,7 +79,17 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-// Write builds the index and writes it as an OCI image layout at dir.
+// Name is the image's name where a runtime loads it: `podman load` and
+// `docker load` tag it Name:VERSION, and skopeo takes VERSION as the
+// reference in the archive (docs/operations.md, "Release artifacts").
+const Name = "airlock"
+
+// Write builds the index and writes it as an OCI image layout at dir. The
+// layout's index.json holds one entry, the multi-platform index, named by
+// the version: a runtime given the archive without a reference (skopeo
+// copy, podman load, docker load) finds exactly one image and picks its own
+// platform from it. Two unnamed entries make them refuse ("more than one
+// image in oci, choose an image").
 func Write(dir string, o Options) error {
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("%s exists; name a new directory", dir)
@@ -88,8 +98,16 @@ func Write(dir string, o Options) error {
 	if err != nil {
 		return err
 	}
-	_, err = layout.Write(dir, idx)
-	return err
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	return p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
+		// OCI's name of the entry: the tag (skopeo's oci-archive:FILE:VERSION).
+		"org.opencontainers.image.ref.name": o.Version,
+		// containerd's and Docker's name of the image they load.
+		"io.containerd.image.name": "docker.io/library/" + Name + ":" + o.Version,
+	}))
 }
 
 // Build makes the image index: one image per platform, in platform order.

@@ -58,14 +58,18 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The layout's index holds the image index Write was given.
+	// The layout's index holds one entry, the image index, named by the
+	// version: runtimes given no reference refuse two unnamed entries.
 	m, err := idx.IndexManifest()
 	if err != nil || len(m.Manifests) != 1 {
 		t.Fatalf("layout index: %+v %v", m, err)
 	}
+	if a := m.Manifests[0].Annotations; a["org.opencontainers.image.ref.name"] != "v9.9.9" || a["io.containerd.image.name"] != "docker.io/library/airlock:v9.9.9" {
+		t.Fatalf("layout index entry names: %v", a)
+	}
 	inner, err := idx.ImageIndex(m.Manifests[0].Digest)
 	if err != nil {
-		inner = idx // a layout whose index.json is the image index itself
+		t.Fatalf("the layout's entry is not an image index: %v", err)
 	}
 	im, err := inner.IndexManifest()
 	if err != nil || len(im.Manifests) != 1 || im.Manifests[0].Platform == nil || im.Manifests[0].Platform.Architecture != arch {
