@@ -39,7 +39,9 @@ func cmdAudit(e *env, args []string) int {
 	if sub == "purge" {
 		fs.IntVar(&batch, "batch", 1000, "events deleted per transaction")
 	}
-	seal := fs.Bool("seal", true, "seal events written since the server last did, before reading")
+	// verify and export read: they change nothing unless asked (a backup's
+	// pending events are reported, not sealed into its chain); purge writes.
+	seal := fs.Bool("seal", sub == "purge", "seal events written since the server last did, before reading (verify and export report them as not sealed yet without it)")
 	if code, ok := parse(fs, args[1:]); !ok {
 		return code
 	}

@@ -459,7 +459,13 @@ func TestAuditVerifyAndExport(t *testing.T) {
 		}
 	}
 	g.Close()
+	// Without --seal, verify reads and changes nothing: the events the
+	// guard wrote are not sealed yet.
 	r := runCLI(t, "audit", "verify", "--db", dsn)
+	if r.code != 0 || !strings.Contains(r.stdout, "ok: 0 events chained, 6 not sealed yet") {
+		t.Fatalf("verify without --seal: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "audit", "verify", "--db", dsn, "--seal")
 	if r.code != 0 || !strings.Contains(r.stdout, "ok: 6 events chained") || !strings.Contains(r.stdout, "head: event 6, hash ") {
 		t.Fatalf("verify: %d %s %s", r.code, r.stdout, r.stderr)
 	}
@@ -560,7 +566,7 @@ func TestAuditArchiveAndPurge(t *testing.T) {
 	s.Close()
 
 	day1, day2 := filepath.Join(dir, "2026-11-01.jsonl"), filepath.Join(dir, "2026-11-02.jsonl")
-	r := runCLI(t, "audit", "export", "--db", dsn, "--until", "2026-11-02", "--out", day1)
+	r := runCLI(t, "audit", "export", "--db", dsn, "--seal", "--until", "2026-11-02", "--out", day1)
 	if r.code != 0 || !strings.Contains(r.stderr, "exported 24 events (events 1 to 24) to "+day1) {
 		t.Fatalf("export of day 1: %d %s", r.code, r.stderr)
 	}

@@ -59,6 +59,14 @@ func migrateReport(e *env, dsn string, dryRun bool) int {
 		return fail(e, "%v", err)
 	}
 	have := 0
+	if kind == "sqlite" && !fileExists(store.SQLitePath(dsn)) {
+		// --status reads a database: there is none to read. --dry-run may
+		// show what migrate would create.
+		if !dryRun {
+			return failCode(e, &noDatabaseError{fmt.Sprintf("--db: no database at %s (airlock migrate --db %s creates one; --dry-run shows its SQL)", store.SQLitePath(dsn), dsn)})
+		}
+		fmt.Fprintf(e.stdout, "-- no database at %s: migrate creates it and applies\n", store.SQLitePath(dsn))
+	}
 	if kind != "sqlite" || fileExists(store.SQLitePath(dsn)) {
 		if have, err = databaseSchema(e.ctx, dsn); err != nil {
 			return fail(e, "%v", err)

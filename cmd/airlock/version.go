@@ -122,6 +122,7 @@ func databaseSchema(ctx context.Context, dsn string) (int, error) {
 		if _, err := os.Stat(store.SQLitePath(dsn)); err != nil {
 			return 0, fmt.Errorf("--db: %w", err)
 		}
+		return sqlite.SchemaVersionOf(ctx, store.SQLitePath(dsn)) // read-only: nothing written
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

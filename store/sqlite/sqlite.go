@@ -365,15 +365,31 @@ func LatestSchema() int {
 // SchemaVersion is the database's schema version: the last migration
 // applied, 0 for a database never migrated.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	return schemaVersion(ctx, s.read)
+}
+
+// SchemaVersionOf reads the schema version of the database at path without
+// opening it as a store: read-only, so nothing is written to it, not even
+// the journal mode a store sets on open (airlock migrate --status, version).
+func SchemaVersionOf(ctx context.Context, path string) (int, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	return schemaVersion(ctx, db)
+}
+
+func schemaVersion(ctx context.Context, db *sql.DB) (int, error) {
 	var tables int
-	if err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'airlock_schema_migrations'`).Scan(&tables); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'airlock_schema_migrations'`).Scan(&tables); err != nil {
 		return 0, err
 	}
 	if tables == 0 {
 		return 0, nil
 	}
 	var have int
-	err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have)
+	err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&have)
 	return have, err
 }
 
