@@ -41,6 +41,11 @@ func Load(path string) (*Manifest, error) {
 func LoadFS(fsys fs.FS, name, display string) (*Manifest, error) {
 	f, err := fsys.Open(name)
 	if err != nil {
+		// The path the user gave, not the name inside fsys (which has lost
+		// its directory).
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			pe.Path = display
+		}
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	defer f.Close()

@@ -49,10 +49,10 @@ func cmdAudit(e *env, args []string) int {
 		expectHead, expectCount = new(string), new(int64)
 	}
 	if sub == "verify" && *file != "" && (*expectHead != "" || *expectCount != 0) {
-		return fail(e, "audit verify: --expect-head and --expect-count check the database's chain, not --file")
+		return usageError(e, "audit verify", "--expect-head and --expect-count check the database's chain, not --file")
 	}
 	if sub == "verify" && *expectCount < 0 {
-		return fail(e, "audit verify: --expect-count must be 0 (not checked) or more, not %d", *expectCount)
+		return usageError(e, "audit verify", "--expect-count must be 0 (not checked) or more, not %d", *expectCount)
 	}
 	if sub == "verify" && *file != "" {
 		f, err := os.Open(*file)
@@ -67,13 +67,13 @@ func cmdAudit(e *env, args []string) int {
 		return printVerify(e, r, *format)
 	}
 	if sub == "purge" && before.t.IsZero() {
-		return fail(e, "audit purge: --before is required (for example --before 90d)")
+		return usageError(e, "audit purge", "--before is required (for example --before 90d)")
 	}
 	if sub == "purge" && batch <= 0 {
-		return fail(e, "audit purge: --batch must be at least 1, not %d", batch)
+		return usageError(e, "audit purge", "--batch must be at least 1, not %d", batch)
 	}
 	if sub == "export" && !since.t.IsZero() && !until.t.IsZero() && !since.t.Before(until.t) {
-		return fail(e, "audit export: --since (%s) must be before --until (%s)", since.t.Format(time.RFC3339), until.t.Format(time.RFC3339))
+		return usageError(e, "audit export", "--since (%s) must be before --until (%s)", since.t.Format(time.RFC3339), until.t.Format(time.RFC3339))
 	}
 	s, code := openForReading(e, *db) // nothing created, nothing migrated
 	if code != 0 {
@@ -88,7 +88,7 @@ func cmdAudit(e *env, args []string) int {
 	switch sub {
 	case "export":
 		if *format != "jsonl" {
-			return fail(e, "--format %q: export writes jsonl", *format)
+			return usageError(e, "audit "+sub+"", "--format %q: export writes jsonl", *format)
 		}
 		return exportAudit(e, s, since.t, until.t, *out)
 	case "purge":

@@ -25,7 +25,7 @@ func cmdBackup(e *env, args []string) int {
 		return usageError(e, "backup", "--db: %v", err)
 	}
 	if kind != "sqlite" {
-		return fail(e, "backup: --db is PostgreSQL: back it up with pg_dump or a base backup with WAL archiving (docs/operations.md, \"Backups\")")
+		return usageError(e, "backup", "--db is PostgreSQL: back it up with pg_dump or a base backup with WAL archiving (docs/operations.md, \"Backups\")")
 	}
 	schema, err := databaseSchema(e.ctx, *db)
 	if err != nil {

@@ -155,7 +155,7 @@ func TestBackupUnderLoad(t *testing.T) {
 	if after, err := os.ReadFile(backup); err != nil || !bytes.Equal(before, after) {
 		t.Fatalf("audit verify changed the copy it checked (%v)", err)
 	}
-	if pg := runCLI(t, "backup", "--db", "postgres://127.0.0.1/x", "--out", filepath.Join(dir, "pg.db")); pg.code != 1 || !strings.Contains(pg.stderr, "pg_dump") {
+	if pg := runCLI(t, "backup", "--db", "postgres://127.0.0.1/x", "--out", filepath.Join(dir, "pg.db")); pg.code != 2 || !strings.Contains(pg.stderr, "pg_dump") {
 		t.Fatalf("backup of PostgreSQL: exit %d %s", pg.code, pg.stderr)
 	}
 }

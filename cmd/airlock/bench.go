@@ -46,7 +46,7 @@ func cmdBench(e *env, args []string) int {
 		return code
 	}
 	if *memProfile != "" && *through == "" {
-		return fail(e, "--memprofile: needs --through (the allocations of one call path's run)")
+		return usageError(e, "bench", "--memprofile: needs --through (the allocations of one call path's run)")
 	}
 	if *cpuProfile != "" && *through == "" {
 		f, err := os.Create(*cpuProfile)
@@ -78,10 +78,10 @@ func cmdBench(e *env, args []string) int {
 	}
 	if *through != "" {
 		if *rounds < 1 || *rounds > 20 {
-			return fail(e, "--rounds must be from 1 to 20, not %d", *rounds)
+			return usageError(e, "bench", "--rounds must be from 1 to 20, not %d", *rounds)
 		}
 		if *rounds > 1 && !bench.IsMCP(*through) {
-			return fail(e, "--rounds: with --through, only mcp and mcp-stateless run rounds (against their peer), not %q", *through)
+			return usageError(e, "bench", "--rounds: with --through, only mcp and mcp-stateless run rounds (against their peer), not %q", *through)
 		}
 		return benchThrough(e, *db, cfg, *through, *rounds, *cpuProfile, *memProfile)
 	}
@@ -112,7 +112,7 @@ func cmdBench(e *env, args []string) int {
 			}
 			caller = b
 		default:
-			return fail(e, "--impl baseline: no baseline for this store")
+			return usageError(e, "bench", "--impl baseline: no baseline for this store")
 		}
 	default:
 		g = guard.New(s, nil)
@@ -380,12 +380,12 @@ func benchCompareAudit(e *env, on airlock.Store, dsn string, cfg bench.Config) i
 // database at the same sizes.
 func benchCompareTracing(e *env, dsn string, cfg bench.Config, path string, rounds int) int {
 	if rounds < 1 || rounds > 20 {
-		return fail(e, "--rounds must be from 1 to 20, not %d", rounds)
+		return usageError(e, "bench", "--rounds must be from 1 to 20, not %d", rounds)
 	}
 	switch path {
 	case bench.ThroughCore, bench.ThroughHTTP, bench.ThroughMCP, bench.ThroughMCPStateless:
 	default:
-		return fail(e, "--compare-tracing measures --through core, http or mcp, not %q", path)
+		return usageError(e, "bench", "--compare-tracing measures --through core, http or mcp, not %q", path)
 	}
 	space := cfg.KeySpace
 	if space == "" {
@@ -485,7 +485,7 @@ func benchCompareTracing(e *env, dsn string, cfg bench.Config, path string, roun
 // on it (bench.Soak); one JSON line, exit 1 when a bound is not met.
 func benchSoak(e *env, dsn string, concurrency, events int) int {
 	if events < 1000 {
-		return fail(e, "--events must be at least 1000, not %d", events)
+		return usageError(e, "bench", "--events must be at least 1000, not %d", events)
 	}
 	kind, err := store.Kind(dsn)
 	if err != nil {

@@ -51,6 +51,14 @@ func completionWords(e *env) map[string][]string {
 		words[c.name] = flagNames(e, c, "")
 	}
 	words[""] = append(words[""], "help")
+	// What follows "completion" and "help": the shells, the commands.
+	words["completion"] = append([]string{"bash", "zsh", "fish"}, words["completion"]...)
+	for _, c := range commands() {
+		words["help"] = append(words["help"], c.name)
+		if len(c.subs) > 0 {
+			words["help "+c.name] = c.subNames()
+		}
+	}
 	return words
 }
 

@@ -24,12 +24,13 @@ func redactDSN(dsn string) string {
 	return u.String()
 }
 
-// noDatabaseError is a read command given a database that is not there,
-// or not airlock's: a usage error (exit 2), never a new empty database
-// that would read as a pass.
-type noDatabaseError struct{ msg string }
+// usageErr is a command given what it cannot use — a database that is not
+// there or not airlock's, a manifest that is not there, flags missing: a
+// usage error (exit 2). A read command never makes an empty database that
+// would read as a pass.
+type usageErr struct{ msg string }
 
-func (e *noDatabaseError) Error() string { return e.msg }
+func (e *usageErr) Error() string { return e.msg }
 
 // existingDatabase refuses, before anything is opened, a SQLite file that
 // does not exist: opening it would create it and its directory.
@@ -40,7 +41,7 @@ func existingDatabase(dsn string) error {
 	}
 	path := store.SQLitePath(dsn)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return &noDatabaseError{fmt.Sprintf("--db: no database at %s (a read command opens an existing database only; airlock migrate --db %s creates one)", path, dsn)}
+		return &usageErr{fmt.Sprintf("--db: no database at %s (a read command opens an existing database only; airlock migrate --db %s creates one)", path, dsn)}
 	}
 	// Read-only: the store's own opening would turn a file that is not a
 	// database yet into one (its journal mode is written on open).
@@ -51,7 +52,7 @@ func existingDatabase(dsn string) error {
 	defer db.Close()
 	var version int
 	if err := db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM airlock_schema_migrations`).Scan(&version); err != nil || version == 0 {
-		return &noDatabaseError{fmt.Sprintf("--db %s is not an airlock database at this version: it has no airlock tables (airlock migrate --db %s creates them)", path, dsn)}
+		return &usageErr{fmt.Sprintf("--db %s is not an airlock database at this version: it has no airlock tables (airlock migrate --db %s creates them)", path, dsn)}
 	}
 	return nil
 }
@@ -70,16 +71,16 @@ func openForReading(e *env, dsn string) (airlock.Store, int) {
 	}
 	if err := s.Ping(e.ctx); err != nil {
 		s.Close()
-		return nil, failCode(e, &noDatabaseError{fmt.Sprintf("--db %s is not an airlock database at this version: %v", redactDSN(dsn), err)})
+		return nil, failCode(e, &usageErr{fmt.Sprintf("--db %s is not an airlock database at this version: %v", redactDSN(dsn), err)})
 	}
 	return s, 0
 }
 
-// failCode prints err and returns its exit code: 2 for a database that is
-// not there or not airlock's.
+// failCode prints err and returns its exit code: 2 for a usage error
+// (usageErr), 1 for anything else.
 func failCode(e *env, err error) int {
 	fail(e, "%v", err)
-	if _, ok := errors.AsType[*noDatabaseError](err); ok {
+	if _, ok := errors.AsType[*usageErr](err); ok {
 		return 2
 	}
 	return 1

@@ -560,7 +560,7 @@ func TestE2EPlanApproveCommit(t *testing.T) {
 	}
 	deadline = time.Now().Add(15 * time.Second)
 	for {
-		r := runCLI(t, "plans", "show", id2, "--url", airlockProc.url(), "--token", approverToken)
+		r := runCLI(t, "plans", "show", id2, "--url", airlockProc.url(), "--token", approverToken, "--format", "json")
 		if strings.Contains(r.stdout, `"status": "committed"`) {
 			break
 		}

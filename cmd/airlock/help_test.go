@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -57,6 +59,102 @@ func TestHelpOfEveryCommand(t *testing.T) {
 	}
 }
 
+// TestExamplesOfEveryCommand: every command and subcommand's help ends
+// with examples; each example is a line of that command and names only
+// flags it has, so an example cannot drift from the flags.
+func TestExamplesOfEveryCommand(t *testing.T) {
+	t.Parallel()
+	e := &env{ctx: context.Background(), stdin: strings.NewReader("")}
+	flagRE := regexp.MustCompile(`(?:^|\s)(--[a-z][a-z0-9-]*)`)
+	for _, c := range commands() {
+		type leaf struct {
+			path     string
+			examples []string
+			flags    []string
+		}
+		var leaves []leaf
+		if len(c.subs) == 0 {
+			leaves = append(leaves, leaf{c.name, c.examples, flagNames(e, c, "")})
+		}
+		for _, s := range c.subs {
+			leaves = append(leaves, leaf{c.name + " " + s.name, s.examples, flagNames(e, c, s.name)})
+		}
+		for _, l := range leaves {
+			if len(l.examples) == 0 {
+				t.Errorf("airlock %s has no example", l.path)
+			}
+			r := runCLI(t, append(strings.Fields(l.path), "--help")...)
+			if !strings.Contains(r.stdout, "\nExamples:\n") {
+				t.Errorf("airlock %s --help shows no examples:\n%s", l.path, r.stdout)
+			}
+			for _, x := range l.examples {
+				if !strings.Contains(x, "airlock "+l.path) {
+					t.Errorf("airlock %s: the example %q is not of this command", l.path, x)
+				}
+				if !strings.Contains(r.stdout, "  "+x+"\n") {
+					t.Errorf("airlock %s --help does not show the example %q", l.path, x)
+				}
+				for _, m := range flagRE.FindAllStringSubmatch(x, -1) {
+					if !slices.Contains(l.flags, m[1]) {
+						t.Errorf("airlock %s: the example %q names %s, which the command does not take (%v)", l.path, x, m[1], l.flags)
+					}
+				}
+			}
+		}
+	}
+}
+
+// A subcommand's help lists its own flags only, not its siblings'.
+func TestSubcommandsHaveTheirOwnFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		path       []string
+		has, lacks []string
+	}{
+		{[]string{"plans", "show"}, []string{"--format", "--url"}, []string{"--reason", "--status", "--as"}},
+		{[]string{"plans", "list"}, []string{"--status", "--tool", "--run", "--format"}, []string{"--reason", "--as"}},
+		{[]string{"plans", "approve"}, []string{"--reason", "--as"}, []string{"--status", "--format"}},
+		{[]string{"records", "show"}, []string{"--format"}, []string{"--note", "--happened", "--result", "--as"}},
+		{[]string{"records", "settle"}, []string{"--note", "--happened", "--result", "--as"}, []string{"--format"}},
+		{[]string{"audit", "verify"}, []string{"--expect-head", "--seal"}, []string{"--before", "--out"}},
+	} {
+		out := runCLI(t, append(tc.path, "--help")...).stdout
+		for _, f := range tc.has {
+			if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
+				t.Errorf("airlock %s --help lacks %s:\n%s", strings.Join(tc.path, " "), f, out)
+			}
+		}
+		for _, f := range tc.lacks {
+			if strings.Contains(out, "  "+f+" ") || strings.Contains(out, "  "+f+"\n") {
+				t.Errorf("airlock %s --help lists its sibling's %s:\n%s", strings.Join(tc.path, " "), f, out)
+			}
+		}
+	}
+}
+
+// Exit codes, for every command: asking for nothing (bare airlock, a group
+// without its subcommand) and every usage error exit 2 with the usage on
+// standard error; help exits 0 on standard output.
+func TestExitCodesOfEveryCommand(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t)
+	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "Usage: airlock COMMAND") {
+		t.Errorf("bare airlock: exit %d, stdout %q, stderr %q; want 2 with the usage on stderr", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
+		if r := runCLI(t, args...); r.code != 0 || !strings.Contains(r.stdout, "Usage: airlock COMMAND") {
+			t.Errorf("airlock %s: exit %d; want 0 with the usage on stdout", args[0], r.code)
+		}
+	}
+	for _, c := range commands() {
+		if len(c.subs) > 0 {
+			if r := runCLI(t, c.name); r.code != 2 || !strings.Contains(r.stderr, "Usage: airlock "+c.name+" SUBCOMMAND") {
+				t.Errorf("bare airlock %s: exit %d, stderr %q; want 2 with its usage", c.name, r.code, r.stderr)
+			}
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -72,6 +170,18 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"records", "show"}, 2, "Usage: airlock records show KEY"},
 		{[]string{"completion", "tcsh"}, 2, "want bash, zsh or fish"},
 		{[]string{"version", "--format", "xml"}, 2, "want text or json"},
+		// A missing or wrong flag is a usage error, as a missing argument is.
+		{[]string{"plans", "approve", "pl_1"}, 2, "give --url and --token"},
+		{[]string{"plans", "show", "pl_1", "--url", "http://127.0.0.1:1"}, 2, "--url needs --token"},
+		{[]string{"plans", "show"}, 2, "want one plan id"},
+		{[]string{"plans", "show", "pl_1", "--format", "yaml"}, 2, `--format "yaml": want text or json`},
+		{[]string{"records", "settle", "k1", "--db", "sqlite:x.db", "--happened=maybe"}, 2, "--happened must be true or false"},
+		{[]string{"key", "--args", "{}"}, 2, "--tool is required"},
+		{[]string{"audit", "purge", "--db", "sqlite:x.db"}, 2, "--before is required"},
+		{[]string{"report", "--since", "-1h"}, 2, "--since"},
+		// A manifest that is not there: its whole path named.
+		{[]string{"tools", "check", "--config", "/nonexistent/dir/airlock.yaml"}, 2, "no manifest at /nonexistent/dir/airlock.yaml"},
+		{[]string{"key", "--config", "/nonexistent/dir/airlock.yaml", "--tool", "add_note", "--args", "{}"}, 2, "no manifest at /nonexistent/dir/airlock.yaml"},
 	} {
 		r := runCLI(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.in) {
@@ -135,9 +245,12 @@ func TestCompletion(t *testing.T) {
 	script := runCLI(t, "completion", "bash").stdout + `
 COMP_WORDS=(airlock plans ""); COMP_CWORD=2; _airlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(airlock plans approve --rea); COMP_CWORD=3; _airlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(airlock completion ""); COMP_CWORD=2; _airlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(airlock help pl); COMP_CWORD=2; _airlock; echo "${COMPREPLY[*]}"
 `
 	out, err := exec.Command("bash", "-c", script).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "list show approve reject") || !strings.Contains(string(out), "--reason") {
+	if err != nil || !strings.Contains(string(out), "list show approve reject") || !strings.Contains(string(out), "--reason") ||
+		!strings.Contains(string(out), "bash zsh fish") || !strings.Contains(string(out), "\nplans\n") {
 		t.Fatalf("bash completion: %v\n%s", err, out)
 	}
 }

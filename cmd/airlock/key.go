@@ -20,35 +20,35 @@ func cmdKey(e *env, args []string) int {
 		return code
 	}
 	if *format != "json" && *format != "text" {
-		return fail(e, "--format %q: want json or text", *format)
+		return usageError(e, "key", "--format %q: want json or text", *format)
 	}
 	if *tool == "" {
-		return fail(e, "--tool is required: the tool's name")
+		return usageError(e, "key", "--tool is required: the tool's name")
 	}
 	if *argsJSON == "" {
-		return fail(e, "--args is required: the call's arguments as a JSON object")
+		return usageError(e, "key", "--args is required: the call's arguments as a JSON object")
 	}
 	m, err := loadManifest(*config)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	t := m.Tool(*tool)
 	if t == nil {
-		return fail(e, "--tool: no tool named %q (have: %v)", *tool, m.ToolNames())
+		return usageError(e, "key", "--tool: no tool named %q (have: %v)", *tool, m.ToolNames())
 	}
 	if !t.Kind.SideEffecting() {
-		return fail(e, "--tool: %s is a read tool; read tools have no key", *tool)
+		return usageError(e, "key", "--tool: %s is a read tool; read tools have no key", *tool)
 	}
 	when := time.Now()
 	if *at != "" {
 		when, err = time.Parse(time.RFC3339, *at)
 		if err != nil {
-			return fail(e, "--at %q: want an RFC 3339 time such as 2026-09-18T16:30:00-04:00", *at)
+			return usageError(e, "key", "--at %q: want an RFC 3339 time such as 2026-09-18T16:30:00-04:00", *at)
 		}
 	}
 	parsed, err := airlock.ParseArgs([]byte(*argsJSON))
 	if err != nil {
-		return fail(e, "--args: %v", err)
+		return usageError(e, "key", "--args: %v", err)
 	}
 	d, err := airlock.DeriveKey(airlock.KeyInput{Tool: t, Calendar: &m.Calendar, Args: parsed, At: when, RunID: *runID})
 	if err != nil {

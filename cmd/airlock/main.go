@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,53 +49,110 @@ type command struct {
 	// args is what follows the name in the synopsis, for a command
 	// without subcommands ("--tool T --args JSON").
 	args string
+	// examples are whole command lines its help shows (at least one; a
+	// test checks each names only flags the command has).
+	examples []string
 	// subs are the subcommands, for a command that is a group.
 	subs []subcommand
 	run  func(e *env, args []string) int
 }
 
-// subcommand is one of a group's subcommands: its positional arguments
-// and what it does; the group's run receives its name first.
-type subcommand struct{ name, args, summary string }
+// subcommand is one of a group's subcommands: its positional arguments,
+// what it does and examples of it; the group's run receives its name first.
+type subcommand struct {
+	name, args, summary string
+	examples            []string
+}
 
 func commands() []command {
 	return []command{
-		{name: "serve", summary: "serve MCP (/mcp) and the HTTP API; no flags: the bundled example on embedded SQLite", run: cmdServe},
-		{name: "mcp", summary: "serve the tools over stdio for desktop agents", run: cmdMCP},
-		{name: "migrate", summary: "apply the database migrations (--db DSN; --status, --dry-run)", run: cmdMigrate},
-		{name: "key", summary: "print the key of a call and every part that went into it", args: "--tool T --args JSON [--at TIME]", run: cmdKey},
-		{name: "init", summary: "write a manifest from an MCP server's tools", args: "--from-mcp (--command … | --url …)", run: cmdInit},
+		{name: "serve", summary: "serve MCP (/mcp) and the HTTP API; no flags: the bundled example on embedded SQLite", run: cmdServe, examples: []string{
+			"airlock serve",
+			"airlock serve --config airlock.yaml --db postgres://airlock@db/airlock --listen 0.0.0.0:8420",
+		}},
+		{name: "mcp", summary: "serve the tools over stdio for desktop agents", run: cmdMCP, examples: []string{
+			"airlock mcp --config airlock.yaml --db sqlite:airlock.db",
+		}},
+		{name: "migrate", summary: "apply the database migrations (--db DSN; --status, --dry-run)", run: cmdMigrate, examples: []string{
+			"airlock migrate --db postgres://airlock@db/airlock",
+			"airlock migrate --status --db sqlite:airlock-data/airlock.db",
+		}},
+		{name: "key", summary: "print the key of a call and every part that went into it", args: "--tool T --args JSON [--at TIME]", run: cmdKey, examples: []string{
+			`airlock key --tool approve_withdrawal --args '{"record_id":" wd-24817 "}'`,
+			`airlock key --config airlock.yaml --tool add_note --args '{"record_id":"WD-1","text":"checked"}' --at 2026-12-07T16:59:00-05:00 --format json`,
+		}},
+		{name: "init", summary: "write a manifest from an MCP server's tools", args: "--from-mcp (--command … | --url …)", run: cmdInit, examples: []string{
+			`airlock init --from-mcp --command "npx -y @modelcontextprotocol/server-filesystem /srv/files" --out airlock.yaml`,
+			"airlock init --from-mcp --url http://127.0.0.1:3001/mcp --out airlock.yaml",
+		}},
 		{name: "tools", summary: "check the manifest (the CI lint) or list its tools", run: cmdTools, subs: []subcommand{
-			{"check", "", "every problem of the manifest, one line each (exit 1 when any)"},
-			{"list", "", "the page \"Things you cannot undo\" (--format md) or every tool (--format json)"},
+			{"check", "", "every problem of the manifest, one line each (exit 1 when any)", []string{"airlock tools check --config airlock.yaml"}},
+			{"list", "", "the page \"Things you cannot undo\" (--format md) or every tool (--format json)", []string{
+				"airlock tools list --config airlock.yaml > docs/irreversible.md",
+				"airlock tools list --config airlock.yaml --format json",
+			}},
 		}},
 		{name: "plans", summary: "list, show and decide plans, against --url (a server) or --db", run: cmdPlans, subs: []subcommand{
-			{"list", "", "plans, filtered by --status, --tool, --run"},
-			{"show", "ID", "one plan"},
-			{"approve", "ID", "approve a plan (--reason required)"},
-			{"reject", "ID", "reject a plan (--reason required)"},
+			{"list", "", "plans, filtered by --status, --tool, --run", []string{
+				"airlock plans list --url http://127.0.0.1:8420 --token $AIRLOCK_TOKEN --status awaiting_approval",
+				"airlock plans list --db sqlite:airlock-data/airlock.db --tool approve_withdrawal --format json",
+			}},
+			{"show", "ID", "one plan", []string{
+				"airlock plans show pl_01JF3Z --url http://127.0.0.1:8420 --token $AIRLOCK_TOKEN",
+				"airlock plans show pl_01JF3Z --db sqlite:airlock-data/airlock.db --format json",
+			}},
+			{"approve", "ID", "approve a plan (--reason required)", []string{
+				`airlock plans approve pl_01JF3Z --url http://127.0.0.1:8420 --token $AIRLOCK_TOKEN --reason "KYC checked by phone"`,
+			}},
+			{"reject", "ID", "reject a plan (--reason required)", []string{
+				`airlock plans reject pl_01JF3Z --db sqlite:airlock-data/airlock.db --as alice --reason "duplicate of WD-24811"`,
+			}},
 		}},
 		{name: "records", summary: "show or settle a record, against --url (a server) or --db", run: cmdRecords, subs: []subcommand{
-			{"show", "KEY", "one record"},
-			{"settle", "KEY", "settle an in-doubt record: --happened=true|false --note …"},
+			{"show", "KEY", "one record", []string{"airlock records show 3f9a…e1 --url http://127.0.0.1:8420 --token $AIRLOCK_TOKEN"}},
+			{"settle", "KEY", "settle an in-doubt record: --happened=true|false --note …", []string{
+				`airlock records settle 3f9a…e1 --db sqlite:airlock-data/airlock.db --happened=true --result '{"status":"approved"}' --note "in the ledger as TX-88"`,
+				`airlock records settle 3f9a…e1 --url http://127.0.0.1:8420 --token $AIRLOCK_TOKEN --happened=false --note "not in the ledger"`,
+			}},
 		}},
 		{name: "audit", summary: "check, export and purge the audit log", run: cmdAudit, subs: []subcommand{
-			{"verify", "", "check the hash chain (of the database, or of an export with --file)"},
-			{"export", "", "write the log as JSON lines"},
-			{"purge", "", "delete a sealed prefix of the log (--before)"},
+			{"verify", "", "check the hash chain (of the database, or of an export with --file)", []string{
+				"airlock audit verify --db sqlite:backup.db --expect-head 9c1e0f2a77b4",
+				"airlock audit verify --file audit-2026-12-06.jsonl",
+			}},
+			{"export", "", "write the log as JSON lines", []string{
+				"airlock audit export --db $AIRLOCK_DB --since 2026-12-06 --until 2026-12-07 --out audit-2026-12-06.jsonl",
+			}},
+			{"purge", "", "delete a sealed prefix of the log (--before)", []string{"airlock audit purge --db $AIRLOCK_DB --before 90d"}},
 		}},
-		{name: "backup", summary: "copy an embedded (SQLite) database while it serves", args: "--db sqlite:PATH --out FILE", run: cmdBackup},
-		{name: "report", summary: "the figures that show the protection works (--since 24h, --format text|json)", run: cmdReport},
+		{name: "backup", summary: "copy an embedded (SQLite) database while it serves", args: "--db sqlite:PATH --out FILE", run: cmdBackup, examples: []string{
+			"airlock backup --db sqlite:/var/lib/airlock/airlock.db --out /backups/airlock-2026-12-07.db",
+		}},
+		{name: "report", summary: "the figures that show the protection works (--since 24h, --format text|json)", run: cmdReport, examples: []string{
+			"airlock report --db sqlite:airlock-data/airlock.db",
+			"airlock report --url http://127.0.0.1:8420 --token $AIRLOCK_ADMIN_TOKEN --since 168h --format json",
+		}},
 		{name: "policy", summary: "the approval rules' tests", run: cmdPolicy, subs: []subcommand{
-			{"test", "", "run the approval rules' test files"},
+			{"test", "", "run the approval rules' test files", []string{"airlock policy test --config airlock.yaml"}},
 		}},
 		{name: "example", summary: "run a service of the bundled example on its own", run: cmdExample, subs: []subcommand{
-			{"payments", "", "the example's fake payments service, which its tools call (the deploy files' payments:9000)"},
+			{"payments", "", "the example's fake payments service, which its tools call (the deploy files' payments:9000)", []string{
+				"airlock example payments --listen 0.0.0.0:9000 --db /data/payments.db",
+			}},
 		}},
-		{name: "demo", summary: "replay the overnight withdrawals incident, without and with airlock", run: cmdDemo},
-		{name: "bench", summary: "measure new calls, repeats and races against a plain baseline", run: cmdBench},
-		{name: "version", summary: "the version, commit, build date, Go version and schema version (of --db too)", run: cmdVersion},
-		{name: "completion", summary: "a shell completion script", args: "bash|zsh|fish", run: cmdCompletion},
+		{name: "demo", summary: "replay the overnight withdrawals incident, without and with airlock", run: cmdDemo, examples: []string{"airlock demo"}},
+		{name: "bench", summary: "measure new calls, repeats and races against a plain baseline", run: cmdBench, examples: []string{
+			"airlock bench --mode new --calls 3000 --concurrency 1",
+			"airlock bench --mode race --concurrency 16 --db postgres://postgres@127.0.0.1/test --through http",
+		}},
+		{name: "version", summary: "the version, commit, build date, Go version and schema version (of --db too)", run: cmdVersion, examples: []string{
+			"airlock version",
+			"airlock version --db sqlite:airlock-data/airlock.db --format json",
+		}},
+		{name: "completion", summary: "a shell completion script", args: "bash|zsh|fish", run: cmdCompletion, examples: []string{
+			"source <(airlock completion bash)",
+			"airlock completion fish > ~/.config/fish/completions/airlock.fish",
+		}},
 	}
 }
 
@@ -127,10 +185,17 @@ func (c command) subNames() []string {
 // run dispatches as gh and kubectl do: -h, --help and help CMD [SUB] print
 // the usage of what they name on standard output and exit 0; an unknown
 // command, subcommand or flag prints the usage on standard error and exits
-// 2; a group without its subcommand does too.
+// 2; so do bare airlock and a group without its subcommand. A command that
+// fails otherwise exits 1.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
-	if len(args) == 0 || isHelp(args[0]) {
+	if len(args) == 0 {
+		// Nothing asked is a usage error, as a group without its
+		// subcommand is (docs/DECISIONS.md, "The CLI's exit codes").
+		usage(stderr)
+		return 2
+	}
+	if isHelp(args[0]) {
 		usage(stdout)
 		return 0
 	}
@@ -244,7 +309,27 @@ func groupUsage(w io.Writer, c command) {
 	for _, s := range c.subs {
 		fmt.Fprintf(w, "  %-12s %s\n", strings.TrimSpace(s.name+" "+s.args), s.summary)
 	}
-	fmt.Fprintf(w, "\nRun airlock help %s SUBCOMMAND for its flags.\n", c.name)
+	fmt.Fprintln(w, "\nExamples:")
+	for _, s := range c.subs {
+		fmt.Fprintf(w, "  %s\n", s.examples[0])
+	}
+	fmt.Fprintf(w, "\nRun airlock help %s SUBCOMMAND for its flags and more examples.\n", c.name)
+}
+
+// examplesOf are the examples of the command a flag set belongs to
+// ("plans show").
+func examplesOf(name string) []string {
+	parts := strings.Fields(name)
+	c, ok := findCommand(parts[0])
+	if !ok {
+		return nil
+	}
+	if len(parts) > 1 {
+		if s, ok := c.sub(parts[1]); ok {
+			return s.examples
+		}
+	}
+	return c.examples
 }
 
 // synopsis is the usage line of the command a flag set belongs to
@@ -296,6 +381,12 @@ func flagUsage(w io.Writer, fs *flag.FlagSet, name string) {
 		fmt.Fprintln(w)
 	})
 	fmt.Fprintln(w, "  -h, --help\n      this help")
+	if ex := examplesOf(name); len(ex) > 0 {
+		fmt.Fprintln(w, "\nExamples:")
+		for _, x := range ex {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
+	}
 }
 
 // parse parses flags; ok false means exit with code.
@@ -328,12 +419,17 @@ func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", envOr("AIRLOCK_DB", store.DefaultDSN), "the database: sqlite:PATH or postgres://…; env AIRLOCK_DB")
 }
 
-// loadManifest loads the manifest at path, or the bundled example when path is empty.
+// loadManifest loads the manifest at path, or the bundled example when path
+// is empty. A path with no file is a usage error (exit 2).
 func loadManifest(path string) (*manifest.Manifest, error) {
 	if path == "" {
 		return withdrawals.Manifest()
 	}
-	return manifest.Load(path)
+	m, err := manifest.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &usageErr{fmt.Sprintf("--config: no manifest at %s", path)}
+	}
+	return m, err
 }
 
 // durationRange is the values a duration flag may take when given.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -528,8 +529,12 @@ func TestRecordsShowAndSettle(t *testing.T) {
 	}
 	g.Close()
 	s.Close()
-	if r := runCLI(t, "records", "show", a.Key, "--db", dsn); r.code != 0 || !strings.Contains(r.stdout, `"state": "in_doubt"`) {
+	if r := runCLI(t, "records", "show", a.Key, "--db", dsn); r.code != 0 || !regexp.MustCompile(`(?m)^state\s+in_doubt$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^args\.record_id\s+WD-1$`).MatchString(r.stdout) {
 		t.Fatalf("show: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "records", "show", a.Key, "--db", dsn, "--format", "json"); r.code != 0 || !strings.Contains(r.stdout, `"state": "in_doubt"`) {
+		t.Fatalf("show --format json: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 	if r := runCLI(t, "records", "settle", a.Key, "--db", dsn, "--happened=true"); r.code == 0 || !strings.Contains(r.stderr, "--note") {
 		t.Fatalf("settle without a note: %d %s", r.code, r.stderr)
@@ -600,10 +605,10 @@ func TestAuditArchiveAndPurge(t *testing.T) {
 			code int
 			want string
 		}{
-			{"PurgeWithoutBefore", []string{"audit", "purge", "--db", dsn}, 1, "--before is required"},
-			{"PurgeBadBatch", []string{"audit", "purge", "--db", dsn, "--before", "90d", "--batch", "0"}, 1, "--batch must be at least 1"},
+			{"PurgeWithoutBefore", []string{"audit", "purge", "--db", dsn}, 2, "--before is required"},
+			{"PurgeBadBatch", []string{"audit", "purge", "--db", dsn, "--before", "90d", "--batch", "0"}, 2, "--batch must be at least 1"},
 			{"BadTime", []string{"audit", "export", "--db", dsn, "--since", "last tuesday"}, 2, `invalid value "last tuesday" for flag -since: want a time`},
-			{"SinceAfterUntil", []string{"audit", "export", "--db", dsn, "--since", "2026-11-03", "--until", "2026-11-02"}, 1, "--since (2026-11-03T00:00:00Z) must be before --until"},
+			{"SinceAfterUntil", []string{"audit", "export", "--db", dsn, "--since", "2026-11-03", "--until", "2026-11-02"}, 2, "--since (2026-11-03T00:00:00Z) must be before --until"},
 			{"MissingFile", []string{"audit", "verify", "--file", filepath.Join(dir, "none.jsonl")}, 1, "no such file"},
 			{"UnknownSub", []string{"audit", "wipe"}, 2, "want verify, export, purge"},
 		} {

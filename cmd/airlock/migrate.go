@@ -63,7 +63,7 @@ func migrateReport(e *env, dsn string, dryRun bool) int {
 		// --status reads a database: there is none to read. --dry-run may
 		// show what migrate would create.
 		if !dryRun {
-			return failCode(e, &noDatabaseError{fmt.Sprintf("--db: no database at %s (airlock migrate --db %s creates one; --dry-run shows its SQL)", store.SQLitePath(dsn), dsn)})
+			return failCode(e, &usageErr{fmt.Sprintf("--db: no database at %s (airlock migrate --db %s creates one; --dry-run shows its SQL)", store.SQLitePath(dsn), dsn)})
 		}
 		fmt.Fprintf(e.stdout, "-- no database at %s: migrate creates it and applies\n", store.SQLitePath(dsn))
 	}

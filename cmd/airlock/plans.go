@@ -30,11 +30,16 @@ type planClient struct {
 	by         string
 }
 
-func planFlags(fs *flag.FlagSet) (db, url, token, by, config *string) {
+// planFlags are the flags that reach plans and records; acts: the
+// subcommand decides or settles, and --as names who does.
+func planFlags(fs *flag.FlagSet, acts bool) (db, url, token, by, config *string) {
 	db = fs.String("db", os.Getenv("AIRLOCK_DB"), "the database (sqlite:PATH or postgres://…), instead of --url")
 	url = fs.String("url", os.Getenv("AIRLOCK_URL"), "a running airlock server, such as http://127.0.0.1:8420; env AIRLOCK_URL")
 	token = fs.String("token", os.Getenv("AIRLOCK_TOKEN"), "an approver or admin token for --url; env AIRLOCK_TOKEN")
-	by = fs.String("as", os.Getenv("USER"), "with --db: the name recorded on the decision or settlement (with database access you act as an admin)")
+	by = new(string)
+	if acts {
+		by = fs.String("as", os.Getenv("USER"), "with --db: the name recorded on the decision or settlement (with database access you act as an admin)")
+	}
 	config = configFlag(fs)
 	return
 }
@@ -43,13 +48,13 @@ func openPlanClient(ctx context.Context, db, url, token, by, config string) (*pl
 	switch {
 	case url != "":
 		if token == "" {
-			return nil, fmt.Errorf("--url needs --token (an approver or admin token)")
+			return nil, &usageErr{"--url needs --token (an approver or admin token)"}
 		}
 		return &planClient{url: strings.TrimSuffix(url, "/"), token: token}, nil
 	case db != "":
 		m, err := loadManifest(config)
 		if err != nil {
-			return nil, err
+			return nil, err // a missing file is a usageErr
 		}
 		if err := existingDatabase(db); err != nil {
 			return nil, err // opening it would create it
@@ -61,14 +66,14 @@ func openPlanClient(ctx context.Context, db, url, token, by, config string) (*pl
 		}
 		if err := a.Store.Ping(ctx); err != nil {
 			_ = a.Close(context.Background())
-			return nil, &noDatabaseError{fmt.Sprintf("--db %s is not an airlock database at this version: %v (airlock migrate --db migrates it)", redactDSN(db), err)}
+			return nil, &usageErr{fmt.Sprintf("--db %s is not an airlock database at this version: %v (airlock migrate --db migrates it)", redactDSN(db), err)}
 		}
 		if strings.TrimSpace(by) == "" {
 			by = "cli" // no --as and no $USER
 		}
 		return &planClient{app: a, by: by}, nil
 	}
-	return nil, fmt.Errorf("give --url and --token (a running server) or --db (the database)")
+	return nil, &usageErr{"give --url and --token (a running server) or --db (the database)"}
 }
 
 // flagError names the flag that carries a field the services refused
@@ -172,12 +177,20 @@ func (c *planClient) decide(ctx context.Context, id string, approve bool, reason
 func cmdPlans(e *env, args []string) int {
 	sub := args[0] // run (main.go) has checked it
 	fs := newFlags(e, "plans "+sub)
-	db, url, token, by, config := planFlags(fs)
-	status := fs.String("status", "", "list: only plans with this status (awaiting_approval, committed, …)")
-	tool := fs.String("tool", "", "list: only this tool's plans")
-	run := fs.String("run", "", "list: only this run's plans")
-	reason := fs.String("reason", "", "approve/reject: why (required)")
-	format := fs.String("format", "text", "text or json")
+	db, url, token, by, config := planFlags(fs, sub == "approve" || sub == "reject")
+	// Each subcommand's own flags, so its help lists only what it takes.
+	status, tool, run, reason, format := new(string), new(string), new(string), new(string), new(string)
+	switch sub {
+	case "list":
+		status = fs.String("status", "", "only plans with this status (awaiting_approval, committed, …)")
+		tool = fs.String("tool", "", "only this tool's plans")
+		run = fs.String("run", "", "only this run's plans")
+	case "approve", "reject":
+		reason = fs.String("reason", "", "why (required)")
+	}
+	if sub == "list" || sub == "show" {
+		format = fs.String("format", "text", "text or json")
+	}
 	var rest []string
 	// Allow the plan id before or after the flags.
 	if len(args) > 1 && !strings.HasPrefix(args[1], "-") {
@@ -185,9 +198,18 @@ func cmdPlans(e *env, args []string) int {
 		args = append(args[:1:1], args[2:]...)
 	}
 	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+		return map[bool]int{true: 0, false: 2}[errors.Is(err, flag.ErrHelp)]
 	}
 	rest = append(rest, fs.Args()...)
+	if *format != "" && *format != "text" && *format != "json" {
+		return usageError(e, "plans "+sub, "--format %q: want text or json", *format)
+	}
+	if sub == "list" && len(rest) > 0 {
+		return usageError(e, "plans list", "unexpected argument %q (filter with --status, --tool, --run)", rest[0])
+	}
+	if sub != "list" && len(rest) != 1 {
+		return usageError(e, "plans "+sub, "want one plan id")
+	}
 	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
 	if err != nil {
 		return failCode(e, err)
@@ -195,13 +217,6 @@ func cmdPlans(e *env, args []string) int {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
-	needID := func() (string, bool) {
-		if len(rest) != 1 {
-			fmt.Fprintf(e.stderr, "airlock plans %s: want one plan id\n", sub)
-			return "", false
-		}
-		return rest[0], true
-	}
 	switch sub {
 	case "list":
 		plans, err := c.list(ctx, airlock.PlanFilter{Status: airlock.PlanStatus(*status), Tool: *tool, RunID: *run})
@@ -220,21 +235,17 @@ func cmdPlans(e *env, args []string) int {
 		tw.Flush()
 		return 0
 	case "show":
-		id, ok := needID()
-		if !ok {
-			return 2
-		}
-		p, err := c.get(ctx, id)
+		p, err := c.get(ctx, rest[0])
 		if err != nil {
 			return fail(e, "%v", err)
 		}
-		return printJSON(e, p)
-	case "approve", "reject":
-		id, ok := needID()
-		if !ok {
-			return 2
+		if *format == "json" {
+			return printJSON(e, p)
 		}
-		p, err := c.decide(ctx, id, sub == "approve", *reason)
+		printPlan(e.stdout, p)
+		return 0
+	case "approve", "reject":
+		p, err := c.decide(ctx, rest[0], sub == "approve", *reason)
 		if err != nil {
 			return fail(e, "%v", flagError(err))
 		}

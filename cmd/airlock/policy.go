@@ -26,7 +26,7 @@ func cmdPolicy(e *env, args []string) int {
 			}
 			return 1
 		}
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	results, err := policy.RunTests(&m.Catalog)
 	if err != nil {

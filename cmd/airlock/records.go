@@ -17,10 +17,16 @@ import (
 func cmdRecords(e *env, args []string) int {
 	sub := args[0] // run (main.go) has checked it
 	fs := newFlags(e, "records "+sub)
-	db, url, token, by, config := planFlags(fs)
-	happened := fs.String("happened", "", "settle: true (it happened; give --result) or false (it did not; the key is freed)")
-	result := fs.String("result", "", "settle: the result, as JSON, when it happened")
-	note := fs.String("note", "", "settle: how you know (required)")
+	db, url, token, by, config := planFlags(fs, sub == "settle")
+	// Each subcommand's own flags, so its help lists only what it takes.
+	happened, result, note, format := new(string), new(string), new(string), new(string)
+	if sub == "settle" {
+		happened = fs.String("happened", "", "true (it happened; give --result) or false (it did not; the key is freed)")
+		result = fs.String("result", "", "the result, as JSON, when it happened")
+		note = fs.String("note", "", "how you know (required)")
+	} else {
+		format = fs.String("format", "text", "text or json")
+	}
 	// The key before or after the flags.
 	rest := args[1:]
 	key := ""
@@ -37,6 +43,15 @@ func cmdRecords(e *env, args []string) int {
 		fs.Usage()
 		return 2
 	}
+	if *format != "" && *format != "text" && *format != "json" {
+		return usageError(e, "records "+sub, "--format %q: want text or json", *format)
+	}
+	if sub == "settle" && *happened != "true" && *happened != "false" {
+		return usageError(e, "records settle", "--happened must be true or false")
+	}
+	if sub == "settle" && *result != "" && !json.Valid([]byte(*result)) {
+		return usageError(e, "records settle", "--result must be JSON")
+	}
 	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
 	if err != nil {
 		return failCode(e, err)
@@ -45,27 +60,22 @@ func cmdRecords(e *env, args []string) int {
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
 	if sub == "show" {
+		rec := &airlock.Record{}
 		if c.app != nil {
-			rec, err := c.app.Guard.Get(ctx, key)
-			if err != nil {
+			if rec, err = c.app.Guard.Get(ctx, key); err != nil {
 				return fail(e, "no record with key %s", key)
 			}
-			return printJSON(e, rec)
-		}
-		var rec airlock.Record
-		if err := c.do(ctx, "GET", "/v1/records/"+key, nil, &rec); err != nil {
+		} else if err := c.do(ctx, "GET", "/v1/records/"+key, nil, rec); err != nil {
 			return fail(e, "%v", err)
 		}
-		return printJSON(e, &rec)
-	}
-	if *happened != "true" && *happened != "false" {
-		return fail(e, "--happened must be true or false")
+		if *format == "json" {
+			return printJSON(e, rec)
+		}
+		printRecord(e.stdout, rec)
+		return 0
 	}
 	var res json.RawMessage
 	if *result != "" {
-		if !json.Valid([]byte(*result)) {
-			return fail(e, "--result must be JSON")
-		}
 		res = json.RawMessage(*result)
 	}
 	if c.app != nil {

@@ -23,15 +23,15 @@ func cmdReport(e *env, args []string) int {
 		return code
 	}
 	if *format != "text" && *format != "json" {
-		return fail(e, "--format %q: want text or json", *format)
+		return usageError(e, "report", "--format %q: want text or json", *format)
 	}
 	if *since <= 0 {
-		return fail(e, "--since %v: want a positive period such as 24h", *since)
+		return usageError(e, "report", "--since %v: want a positive period such as 24h", *since)
 	}
 	var r *metrics.Report
 	if *url != "" {
 		if *token == "" {
-			return fail(e, "--url needs --token (an approver or admin token)")
+			return usageError(e, "report", "--url needs --token (an approver or admin token)")
 		}
 		c := &planClient{url: strings.TrimSuffix(*url, "/"), token: *token}
 		r = &metrics.Report{}
@@ -41,7 +41,7 @@ func cmdReport(e *env, args []string) int {
 	} else {
 		m, err := loadManifest(*config)
 		if err != nil {
-			return fail(e, "%v", err)
+			return failCode(e, err)
 		}
 		s, code := openForReading(e, *db) // nothing created, nothing migrated
 		if code != 0 {

@@ -112,7 +112,7 @@ func cmdServe(e *env, args []string) int {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	m, err := loadManifest(*config)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	tokens, err := gateway.TokensFromManifest(m.Auth.Tokens)
 	if err != nil {
@@ -242,7 +242,7 @@ func cmdMCP(e *env, args []string) int {
 	}
 	m, err := loadManifest(*config)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	traces, err := startTracing(e, log)
 	if err != nil {

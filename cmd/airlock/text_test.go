@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -91,8 +92,16 @@ func TestCLITextCannotDisguiseItself(t *testing.T) {
 	if r := runCLI(t, "plans", "list", "--db", dsn, "--config", config, "--format", "json"); !strings.Contains(r.stdout, `WD-<7>&`) {
 		t.Fatalf("plans list as JSON escapes < and & as a page would (\\u003c): %s", r.stdout)
 	}
+	// In text, labelled fields, the invisible character revealed; in JSON,
+	// the same value, escaped.
 	r = runCLI(t, "plans", "show", shown.ID, "--db", dsn, "--config", config)
 	raw("plans show", r.stdout)
+	if r.code != 0 || !regexp.MustCompile(`(?m)^args\.record_id\s+WD-24813\[U\+200B\]$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^status\s+awaiting_approval$`).MatchString(r.stdout) || !strings.Contains(r.stdout, "expires") {
+		t.Fatalf("plans show as text: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "plans", "show", shown.ID, "--db", dsn, "--config", config, "--format", "json")
+	raw("plans show --format json", r.stdout)
 	var got struct {
 		Args struct {
 			RecordID string `json:"record_id"`

@@ -36,7 +36,7 @@ func cmdToolsCheck(e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "airlock tools check: %d problem(s)\n", len(ve.Problems))
 			return 1
 		}
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	warnings := m.Warnings()
 	for _, w := range warnings {
@@ -70,11 +70,11 @@ func cmdToolsList(e *env, args []string) int {
 		return code
 	}
 	if *format != "md" && *format != "json" {
-		return fail(e, "--format %q: want md or json", *format)
+		return usageError(e, "tools list", "--format %q: want md or json", *format)
 	}
 	m, err := loadManifest(*config)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failCode(e, err)
 	}
 	if *format == "json" {
 		out := make([]toolInfo, 0, len(m.Tools))
