@@ -185,8 +185,12 @@ func cmdDemo(e *env, args []string) int {
 		}
 	}
 
-	// A person approves the largest withdrawal that waits.
-	fmt.Fprintln(out, "\n   alice reviews the plans waiting for a person and approves WD-24817 (100,000 USD, KYC complete).")
+	// A person approves one of the withdrawals that wait.
+	for _, w := range payments.Ledger {
+		if w.RecordID == "WD-24817" {
+			fmt.Fprintf(out, "\n   alice reviews the plans waiting for a person and approves WD-24817 (%s, KYC complete).\n", airlock.FormatMoney(w.AmountMinor, w.Currency))
+		}
+	}
 	if id, ok := planIDs["WD-24817"]; ok {
 		p, err := plans.Get(ctx, id)
 		if err == nil {

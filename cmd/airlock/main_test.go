@@ -430,6 +430,7 @@ func TestDemo(t *testing.T) {
 		"WD-24812                    4                  1",
 		"2 decided automatically, 4 sent to a person",
 		"WD-24817: committed",
+		"approves WD-24817 (1,000.00 USD, KYC complete)", // amount_minor 100000 in USD
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, r.stdout)
