@@ -1,6 +1,8 @@
 package airlock_test
 
 import (
+	"encoding/json"
+	"maps"
 	"math"
 	"testing"
 
@@ -29,5 +31,34 @@ func TestFormatMoney(t *testing.T) {
 		if got := airlock.FormatMoney(tc.minor, tc.currency); got != tc.want {
 			t.Errorf("FormatMoney(%d, %q) = %q, want %q", tc.minor, tc.currency, got, tc.want)
 		}
+	}
+}
+
+func TestToolMoneyAndNote(t *testing.T) {
+	t.Parallel()
+	tool := &airlock.Tool{Name: "pay", Kind: airlock.KindIrreversible, Display: &airlock.Display{
+		Money: []airlock.MoneyField{
+			{Amount: "facts.amount_minor", Currency: "facts.currency"},
+			{Amount: "args.fee.minor", Currency: "EUR"},
+			{Amount: "args.bad", Currency: "USD"},
+			{Amount: "facts.other", Currency: "facts.nocode"},
+		},
+		Note: "args.note",
+	}}
+	args := json.RawMessage(`{"record_id":"WD-1","fee":{"minor":1250},"bad":12.5,"note":"customer called"}`)
+	facts := json.RawMessage(`{"amount_minor":250000,"currency":"usd","other":5}`)
+	got := tool.Money(args, facts)
+	want := map[string]string{"facts.amount_minor": "2,500.00 USD", "args.fee.minor": "12.50 EUR"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("Money = %v, want %v (a fraction and a missing currency left raw)", got, want)
+	}
+	if n := tool.AgentNote(args); n != "customer called" {
+		t.Fatalf("AgentNote = %q", n)
+	}
+	if n := (&airlock.Tool{}).AgentNote(args); n != "" {
+		t.Fatalf("AgentNote without display = %q", n)
+	}
+	if m := (&airlock.Tool{}).Money(args, facts); m != nil {
+		t.Fatalf("Money without display = %v", m)
 	}
 }

@@ -156,6 +156,9 @@ type Tool struct {
 	Upstream  *ToolUpstream `yaml:"upstream" json:"upstream,omitempty"`
 	Answers   Answers       `yaml:"answers" json:"answers"`
 	Approval  *Approval     `yaml:"approval" json:"approval,omitempty"`
+	// Display says which values are money and which argument is the
+	// agent's note, for the people who read plans. Default: none.
+	Display *Display `yaml:"display" json:"display,omitempty"`
 
 	// HonorsKey is set by Prepare from the upstream's honors_idempotency_key:
 	// an outcome-unknown call may be re-driven with the same key.
@@ -418,6 +421,9 @@ func (t *Tool) validate(v *validator, p string, m *Catalog) {
 	}
 	if t.MaxCallsPerRun < 0 {
 		v.add(p+".max_calls_per_run", "tool %s: must be 0 (no limit) or more", name)
+	}
+	if t.Display != nil {
+		t.Display.validate(v, p+".display", t)
 	}
 	if !t.Kind.SideEffecting() {
 		if len(t.NaturalKey) > 0 {

@@ -157,7 +157,7 @@ var typeNames = map[string]string{
 	"manifest.Upstream":    "an upstream (http, mcp, honors_idempotency_key)",
 	"manifest.MCPUpstream": "mcp (command, url, resources, prompts, prefix, sessions)",
 	"airlock.Tool": "a tool (name, kind, description, input_schema, natural_key, window, grace, timeout, " +
-		"respond_within, repeat_wait, on_mismatch, max_calls_per_run, reconcile_with, reconcile, upstream, answers, approval)",
+		"respond_within, repeat_wait, on_mismatch, max_calls_per_run, reconcile_with, reconcile, upstream, answers, approval, display)",
 	"airlock.Reconcile":    "reconcile (happened_when, not_happened_when)",
 	"airlock.KeyField":     "a natural-key entry (field, normalize)",
 	"airlock.ToolUpstream": "a tool's upstream (name, path, tool, caller, honors_idempotency_key, workers)",
@@ -165,6 +165,8 @@ var typeNames = map[string]string{
 	"airlock.Approval":     "approval (lookup, rules, approvers, allow_self_approval, expires_after, wait_for_commit, tests)",
 	"airlock.Lookup":       "lookup (tool, args)",
 	"airlock.Rule":         "a rule (name, when, decide, approvals)",
+	"airlock.Display":      "display (money, note)",
+	"airlock.MoneyField":   "a money field (amount, currency)",
 }
 
 var yamlKinds = map[string]string{"str": "text", "int": "a number", "float": "a number", "bool": "true/false", "map": "a mapping", "seq": "a list", "null": "nothing"}

@@ -368,3 +368,61 @@ tools:
 		}
 	}
 }
+
+// display: money and the agent's note name arguments the schema declares,
+// facts the tool looks up, and a currency by reference or ISO code; each
+// mistake is refused naming its place.
+func TestDisplay(t *testing.T) {
+	t.Parallel()
+	const src = `version: 1
+upstreams:
+  p: {http: "http://127.0.0.1:9"}
+tools:
+  - name: get
+    kind: read
+    upstream: {name: p, path: /get}
+  - name: pay
+    kind: KIND
+    input_schema: {type: object, properties: {id: {type: string}, amount: {type: integer}, cur: {type: string}, why: {type: string}}}
+    natural_key: [{field: id}]
+    window: forever
+    upstream: {name: p, path: /pay}
+    answers: {undo: "No.", approver: "People.", on_repeat: "The first."}
+APPROVAL    display: DISPLAY
+`
+	const approval = "    approval:\n      lookup: {tool: get, args: {id: \"args.id\"}}\n      rules: [{name: all, when: \"true\", decide: human}]\n"
+	for _, c := range []struct {
+		kind, display, want string
+	}{
+		{"irreversible", `{money: [{amount: args.amount, currency: args.cur}, {amount: facts.amount_minor, currency: USD}], note: args.why}`, ""},
+		{"write", `{money: [{amount: args.amount, currency: EUR}], note: args.why}`, ""},
+		{"irreversible", `{money: [{amount: args.amout, currency: USD}]}`, `display.money[0].amount: tool pay: "amout" is not in the input schema`},
+		{"irreversible", `{money: [{amount: amount, currency: USD}]}`, `"amount" is not a reference: want args.PATH or facts.PATH`},
+		{"irreversible", `{money: [{amount: args.amount}]}`, "display.money[0].currency: tool pay: required"},
+		{"irreversible", `{money: [{amount: args.amount, currency: usd}]}`, `"usd" is neither an ISO 4217 code`},
+		{"irreversible", `{money: [{currency: USD}]}`, "display.money[0].amount: tool pay: required"},
+		{"write", `{money: [{amount: facts.amount, currency: USD}]}`, "no approval.lookup"},
+		{"irreversible", `{note: facts.why}`, `"facts.why" is not a reference: want args.PATH`},
+		{"irreversible", `{note: args.who}`, `"who" is not in the input schema`},
+		{"irreversible", `{nte: args.why}`, `unknown field "nte" in display (money, note)`},
+	} {
+		ap := ""
+		if c.kind == "irreversible" {
+			ap = approval
+		}
+		text := strings.NewReplacer("KIND", c.kind, "DISPLAY", c.display, "APPROVAL", ap).Replace(src)
+		_, err := manifest.Parse([]byte(text), "test.yaml")
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s %s: %v; want loaded", c.kind, c.display, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s %s: %v; want refused with %q", c.kind, c.display, err, c.want)
+		}
+	}
+	// A read tool has no display.
+	_, err := manifest.Parse([]byte(strings.Replace(strings.NewReplacer("KIND", "write", "DISPLAY", "{note: args.why}", "APPROVAL", "").Replace(src),
+		"    upstream: {name: p, path: /get}\n", "    upstream: {name: p, path: /get}\n    display: {note: args.x}\n", 1)), "test.yaml")
+	if err == nil || !strings.Contains(err.Error(), "display is for tools that change something") {
+		t.Errorf("display on a read tool: %v", err)
+	}
+}

@@ -83,8 +83,9 @@ func (s *Service) Announce(ctx context.Context, planID string) error {
 	body, _ := json.Marshal(map[string]any{
 		"event_id": id,
 		"event":    EventPlanWaiting,
-		"text": fmt.Sprintf("airlock: plan %s for %s waits for a person (rule %s). Arguments: %s. Facts: %s. Expires %s.",
-			p.ID, p.Tool, noticeText(ruleOrNone(p.Rule)), noticeText(string(p.Args)), noticeText(factsOrNone(p)), p.ExpiresAt.Format(time.RFC3339)),
+		"text": fmt.Sprintf("airlock: plan %s for %s waits for a person (rule %s). %sArguments: %s. Facts: %s.%s Expires %s.",
+			p.ID, p.Tool, noticeText(ruleOrNone(p.Rule)), amountsText(s.cfg.Manifest.Tool(p.Tool), p), noticeText(string(p.Args)),
+			noticeText(factsOrNone(p)), agentNoteText(s.cfg.Manifest.Tool(p.Tool), p), p.ExpiresAt.Format(time.RFC3339)),
 		"plan": p,
 	})
 	// The plan member carries the agent's text whole: its invisible
@@ -138,6 +139,31 @@ const maxNoticePart = 500
 // a link or a mention (<!channel>).
 func noticeText(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(airlock.RevealShortened(s, maxNoticePart))
+}
+
+// amountsText is the plan's money as people read it (the tool's
+// display.money), "Amounts: facts.amount_minor 2,500.00 USD. ", or "".
+func amountsText(t *airlock.Tool, p *airlock.Plan) string {
+	money := t.Money(p.Args, p.Facts)
+	if len(money) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, f := range t.Display.Money { // the manifest's order
+		if v, ok := money[f.Amount]; ok {
+			parts = append(parts, f.Amount+" "+v)
+		}
+	}
+	return "Amounts: " + strings.Join(parts, ", ") + ". "
+}
+
+// agentNoteText is the agent's note (the tool's display.note), " The
+// agent's note: …", or "".
+func agentNoteText(t *airlock.Tool, p *airlock.Plan) string {
+	if n := t.AgentNote(p.Args); n != "" {
+		return " The agent's note: " + noticeText(n) + "."
+	}
+	return ""
 }
 
 func factsOrNone(p *airlock.Plan) string {

@@ -457,7 +457,7 @@ func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	p, _, err := svc.Propose(ctx, m.Tool("approve_withdrawal"), args("WD-BIG"), "run-1")
+	p, _, err := svc.Propose(ctx, m.Tool("approve_withdrawal"), airlock.MustArgs(`{"record_id":"WD-BIG","note":"customer called <twice>"}`), "run-1")
 	if err != nil || p.Status != airlock.PlanAwaitingApproval {
 		t.Fatalf("propose: %+v %v", p, err)
 	}
@@ -469,7 +469,10 @@ func TestAnnounceSignsAndNamesTheEvent(t *testing.T) {
 		var body map[string]any
 		_ = json.Unmarshal(d.body, &body)
 		text, _ := body["text"].(string)
-		if !strings.Contains(text, p.ID) || !strings.Contains(text, "waits for a person") || !strings.Contains(text, "250000") {
+		// The money as people read it (the tool's display.money), the
+		// agent's note (display.note), escaped.
+		if !strings.Contains(text, p.ID) || !strings.Contains(text, "waits for a person") || !strings.Contains(text, "250000") ||
+			!strings.Contains(text, "Amounts: facts.amount_minor 2,500.00 USD. ") || !strings.Contains(text, "The agent's note: customer called &lt;twice&gt;.") {
 			t.Fatalf("webhook text: %q", text)
 		}
 		if id := d.header.Get(plan.HeaderEventID); id != plan.NoticeEventID(p.ID) || body["event_id"] != id || d.header.Get(plan.HeaderEvent) != "plan_waiting" {

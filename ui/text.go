@@ -159,3 +159,150 @@ func displayJSON(raw []byte) (out []byte, cut bool) {
 func revealRest(page []byte) []byte {
 	return airlock.ReplaceInvisible(page, func(dst []byte, r rune) []byte { return fmt.Appendf(dst, "[U+%04X]", r) })
 }
+
+// maxFieldRows bounds the rows of one value's labelled fields on a plan's
+// page: past it, the rest is a link away.
+const maxFieldRows = 500
+
+// planFields is a plan's arguments or facts as labelled fields, one leaf a
+// row in the order the value holds them ("payee.account", "items[0]"),
+// strings shown with their invisible characters as badges and cut at
+// maxShownString, money the tool's display names formatted beside its raw
+// value; the whole is a link away (/ui/plans/{planID}/{name}.json). src is
+// "args" or "facts", the prefix money's references use. A value that is
+// not a JSON object is shown as planPart shows it.
+func planFields(planID, id, name string, raw json.RawMessage, money map[string]string, src string) template.HTML {
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.TrimSpace(raw)[0] != '{' {
+		return planPart(planID, id, name, raw)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<table class="fields" id="%s">`, id)
+	rows, cut := 0, false
+	err := walkLeaves(raw, func(shown, ref string, isString bool, text string) bool {
+		if rows == maxFieldRows || b.Len() > maxShownJSON {
+			cut = true
+			return false
+		}
+		rows++
+		b.WriteString(`<tr><th>`)
+		writeShown(&b, airlock.Shorten(shown, maxCell))
+		b.WriteString(`</th><td>`)
+		switch {
+		case isString:
+			s := text
+			if len(s) > maxShownString {
+				writeShown(&b, airlock.Shorten(s, maxShownString))
+				fmt.Fprintf(&b, ` <span class="cut">[%d bytes in all]</span>`, len(s))
+				cut = true
+			} else {
+				writeShown(&b, s)
+			}
+		case money[src+"."+ref] != "":
+			fmt.Fprintf(&b, `<strong class="money">%s</strong> <small>%s</small>`, template.HTMLEscapeString(money[src+"."+ref]), template.HTMLEscapeString(text))
+		default:
+			template.HTMLEscape(&b, []byte(text))
+		}
+		b.WriteString(`</td></tr>`)
+		return true
+	})
+	if err != nil {
+		return planPart(planID, id, name, raw)
+	}
+	b.WriteString(`</table>`)
+	link := "As JSON"
+	if cut {
+		link = fmt.Sprintf("The whole %s (%d bytes)", name, len(raw))
+	}
+	fmt.Fprintf(&b, `<p><small><a href="/ui/plans/%s/%s.json" id="whole-%s">%s</a></small></p>`,
+		template.HTMLEscapeString(url.PathEscape(planID)), name, id, link)
+	return template.HTML(b.String())
+}
+
+// walkLeaves calls leaf for each scalar (and empty object or array) of a
+// JSON value, in order, with its path as shown ("payee.account",
+// "items[0]") and as a reference ("items.0", as airlock.LookupPath reads
+// it), whether it is a string, and its text (a string's value, or the
+// literal: 12, true, null, {}); leaf returns false to stop.
+func walkLeaves(raw []byte, leaf func(shown, ref string, isString bool, text string) bool) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	type frame struct {
+		shown, ref string
+		array      bool
+		index      int
+		name       string // an object's member name, read before its value
+		named      bool
+		empty      bool
+	}
+	var stack []*frame
+	// path is where the next value sits.
+	path := func() (string, string) {
+		if len(stack) == 0 {
+			return "", ""
+		}
+		f := stack[len(stack)-1]
+		seg, refSeg := f.name, f.name
+		if f.array {
+			seg, refSeg = fmt.Sprintf("[%d]", f.index), fmt.Sprint(f.index)
+		}
+		shown, ref := f.shown, f.ref
+		if f.array {
+			return shown + seg, join(ref, refSeg)
+		}
+		return join(shown, seg), join(ref, refSeg)
+	}
+	for {
+		tok, err := dec.ReadToken()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && !top.array && !top.named && tok.Kind() == '"' {
+			top.name, top.named = tok.String(), true // a member's name
+			continue
+		}
+		switch tok.Kind() {
+		case '{', '[':
+			s, r := path()
+			if top != nil {
+				top.empty = false
+			}
+			stack = append(stack, &frame{shown: s, ref: r, array: tok.Kind() == '[', empty: true})
+			continue
+		case '}', ']':
+			f := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if f.empty && len(stack) > 0 {
+				if !leaf(f.shown, f.ref, false, map[bool]string{true: "[]", false: "{}"}[f.array]) {
+					return nil
+				}
+			}
+		default:
+			s, r := path()
+			if top != nil {
+				top.empty = false
+			}
+			if !leaf(s, r, tok.Kind() == '"', tok.String()) {
+				return nil
+			}
+		}
+		// A value ended: the enclosing frame moves on.
+		if len(stack) > 0 {
+			f := stack[len(stack)-1]
+			f.index++
+			f.named = false
+		}
+	}
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "." + b
+}

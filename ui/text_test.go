@@ -9,6 +9,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -197,5 +198,52 @@ func TestANestedKeyFieldIsShownAndMarked(t *testing.T) {
 	_, queue, _ := p.get("/ui/")
 	if strings.Count(queue, "payee.account: ACC-1") != 2 || strings.Count(queue, `class="marked"`) != 1 {
 		t.Fatalf("the queue of nested keys: %d shown, %d marked; want 2 and 1:\n%s", strings.Count(queue, "payee.account: ACC-1"), strings.Count(queue, `class="marked"`), queue)
+	}
+}
+
+// A plan's page shows its arguments as labelled fields, in the order the
+// plan holds them (nested paths and array items named), money the tool's
+// display names formatted beside its raw value, and the agent's note; the
+// queue shows the note and the formatted amount in its work.
+func TestPlanPageShowsLabelledFieldsAndMoney(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	manifestText := strings.NewReplacer(
+		"input_schema: {type: object, properties: {record_id: {type: string}}}",
+		"input_schema: {type: object, properties: {record_id: {type: string}, amount_minor: {type: integer}, currency: {type: string}, "+
+			"note: {type: string}, payee: {type: object, properties: {account: {type: string}}}, tags: {type: array, items: {type: string}}, extra: {type: object, properties: {}}}}",
+		"natural_key: [{field: record_id}]", "natural_key: [{field: record_id}, {field: amount_minor}]",
+	).Replace(pageManifest) + "    display:\n      money: [{amount: args.amount_minor, currency: args.currency}]\n      note: args.note\n"
+	m, plans, p := approverPage(t, manifestText)
+	args := `{"record_id":"WD-7","amount_minor":250000,"currency":"USD","note":"customer <b>called</b> twice","payee":{"account":"ACC-1\u200b"},"tags":["a","b"],"extra":{}}`
+	pl, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), airlock.MustArgs(args), "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pg, _ := p.get("/ui/plans/" + pl.ID)
+	noInvisible(t, "the plan's page", pg)
+	table := pg[strings.Index(pg, `id="args"`):]
+	table = table[:strings.Index(table, "</table>")]
+	var rows []string
+	for _, m := range regexp.MustCompile(`<tr><th>(.*?)</th><td>(.*?)</td></tr>`).FindAllStringSubmatch(table, -1) {
+		rows = append(rows, m[1]+" = "+m[2])
+	}
+	// (A plan keeps its arguments canonical: members in sorted order.)
+	want := []string{
+		`amount_minor = <strong class="money">2,500.00 USD</strong> <small>250000</small>`,
+		"currency = USD", "extra = {}",
+		"note = customer &lt;b&gt;called&lt;/b&gt; twice",
+		`payee.account = ACC-1<span class="invisible" title="zero-width space">U+200B</span>`,
+		"record_id = WD-7", "tags[0] = a", "tags[1] = b",
+	}
+	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the arguments' fields:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(pg, `id="agent-note"`) || !strings.Contains(pg, "customer &lt;b&gt;called&lt;/b&gt; twice</q>") || !strings.Contains(pg, `id="whole-args">As JSON</a>`) {
+		t.Fatalf("the plan's page lacks the agent's note or the JSON link:\n%s", pg)
+	}
+	_, queue, _ := p.get("/ui/")
+	if !strings.Contains(queue, "amount_minor: 2,500.00 USD") || !strings.Contains(queue, "<td>customer &lt;b&gt;called&lt;/b&gt; twice</td>") {
+		t.Fatalf("the queue lacks the formatted amount or the agent's note:\n%s", queue)
 	}
 }

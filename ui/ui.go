@@ -9,6 +9,7 @@ package ui
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -178,13 +179,14 @@ func New(cfg Config) (*UI, error) {
 		u.log = slog.Default()
 	}
 	funcs := template.FuncMap{
-		"json":  shownJSON,
-		"cell":  cell,
-		"note":  func(s string) template.HTML { return shown(s, airlock.MaxNoteBytes) },
-		"part":  planPart,
-		"since": func(t time.Time) string { return cfg.Clock.Since(t).Round(time.Second).String() },
-		"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
-		"join":  strings.Join,
+		"json":   shownJSON,
+		"cell":   cell,
+		"note":   func(s string) template.HTML { return shown(s, airlock.MaxNoteBytes) },
+		"part":   planPart,
+		"fields": planFields,
+		"since":  func(t time.Time) string { return cfg.Clock.Since(t).Round(time.Second).String() },
+		"pct":    func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
+		"join":   strings.Join,
 		"evaluation": func(b json.RawMessage) []policy.RuleResult {
 			var out []policy.RuleResult
 			_ = json.Unmarshal(b, &out)
@@ -612,7 +614,8 @@ const queuePage = 100
 // many approvals it has of how many.
 type queueRow struct {
 	*airlock.Plan
-	Work, Facts template.HTML
+	// Note is the agent's note about the work (the tool's display.note).
+	Work, Facts, Note template.HTML
 	// Marked: a natural-key value or the run id holds invisible characters
 	// (two plans can then look alike and be different work).
 	Marked bool
@@ -656,9 +659,18 @@ func (u *UI) rows(plans []*airlock.Plan) []queueRow {
 	for i, p := range plans {
 		rows[i] = queueRow{Plan: p, Marked: airlock.HasInvisible(p.RunID)}
 		if tool := u.cfg.Manifest.Tool(p.Tool); tool != nil {
-			work := naturalKeyValues(tool, p.Args)
-			rows[i].Work, rows[i].Facts = pairsHTML(work), pairsHTML(factsRead(tool, p.Facts))
+			work, facts := naturalKeyValues(tool, p.Args), factsRead(tool, p.Facts)
 			rows[i].Marked = rows[i].Marked || hasInvisible(work)
+			// Money as people read it: "amount_minor: 2,500.00 USD".
+			if money := tool.Money(p.Args, p.Facts); len(money) > 0 {
+				for j := range work {
+					work[j].value = cmp.Or(money["args."+work[j].name], work[j].value)
+				}
+				for j := range facts {
+					facts[j].value = cmp.Or(money["facts."+facts[j].name], facts[j].value)
+				}
+			}
+			rows[i].Work, rows[i].Facts, rows[i].Note = pairsHTML(work), pairsHTML(facts), cell(tool.AgentNote(p.Args))
 		}
 	}
 	return rows
@@ -770,7 +782,7 @@ func (u *UI) planPage(w http.ResponseWriter, r *http.Request) {
 		marked = marked || hasInvisible(naturalKeyValues(tool, p.Args))
 	}
 	u.render(w, r, http.StatusOK, "plan", "Plan "+p.ID, map[string]any{"Plan": p, "Trail": trail, "CannotApprove": cannotApprove, "CannotDecide": cannotDecide,
-		"Marked": marked, "Tool": tool}, u.popFlash(r))
+		"Marked": marked, "Tool": tool, "Money": tool.Money(p.Args, p.Facts), "Note": tool.AgentNote(p.Args)}, u.popFlash(r))
 }
 
 // planJSON is a plan's arguments, facts or result whole (the plan's page

@@ -242,7 +242,17 @@ func cmdPlans(e *env, args []string) int {
 		if *format == "json" {
 			return printJSON(e, p)
 		}
-		printPlan(e.stdout, p)
+		// The tool's display (money, the agent's note) from the manifest
+		// the database is served with, or --config's against a server.
+		var tool *airlock.Tool
+		if c.app != nil {
+			tool = c.app.Manifest.Tool(p.Tool)
+		} else if *config != "" {
+			if m, err := loadManifest(*config); err == nil {
+				tool = m.Tool(p.Tool)
+			}
+		}
+		printPlan(e.stdout, p, tool)
 		return 0
 	case "approve", "reject":
 		p, err := c.decide(ctx, rest[0], sub == "approve", *reason)

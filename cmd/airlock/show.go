@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,8 +20,9 @@ const maxShownValue = 1000
 
 // printPlan writes a plan as labelled fields, its arguments and facts one
 // field a line, every agent-made value with its invisible characters
-// revealed (docs/hardening.md, "text that cannot disguise itself").
-func printPlan(w io.Writer, p *airlock.Plan) {
+// revealed (docs/hardening.md, "text that cannot disguise itself"); with
+// its tool, money formatted beside the raw value and the agent's note.
+func printPlan(w io.Writer, p *airlock.Plan, tool *airlock.Tool) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	field := func(label, value string) {
 		if value != "" {
@@ -43,10 +45,12 @@ func printPlan(w io.Writer, p *airlock.Plan) {
 	if p.DecidedBy != "" {
 		field("decided", fmt.Sprintf("by %s at %s: %s", p.DecidedBy, p.DecidedAt.Format(time.RFC3339), shownValue(p.DecisionReason)))
 	}
-	jsonFields(tw, "args", p.Args)
-	jsonFields(tw, "facts", p.Facts)
+	field("agent's note", shownValue(tool.AgentNote(p.Args)))
+	money := tool.Money(p.Args, p.Facts)
+	jsonFields(tw, "args", p.Args, money)
+	jsonFields(tw, "facts", p.Facts, money)
 	field("facts error", shownValue(p.FactsError))
-	jsonFields(tw, "result", p.Result)
+	jsonFields(tw, "result", p.Result, nil)
 	field("error", shownValue(p.Error))
 	tw.Flush()
 }
@@ -62,8 +66,8 @@ func printRecord(w io.Writer, r *airlock.Record) {
 	if r.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", shownValue(r.Note))
 	}
-	jsonFields(tw, "args", r.Args)
-	jsonFields(tw, "result", r.Result)
+	jsonFields(tw, "args", r.Args, nil)
+	jsonFields(tw, "result", r.Result, nil)
 	tw.Flush()
 }
 
@@ -72,18 +76,22 @@ func printRecord(w io.Writer, r *airlock.Record) {
 func shownValue(s string) string { return airlock.RevealShortened(s, maxShownValue) }
 
 // jsonFields writes a JSON value one leaf a line under label: "args.record_id
-// WD-24817", nested objects and arrays by path; strings unquoted.
-func jsonFields(tw io.Writer, label string, raw json.RawMessage) {
+// WD-24817", nested objects and arrays by path; strings unquoted; money
+// (airlock.Tool.Money: "facts.amount_minor" → "2,500.00 USD") beside its
+// raw value.
+func jsonFields(tw io.Writer, label string, raw json.RawMessage, money map[string]string) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return
 	}
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // 2^53 and more as sent
+	if err := dec.Decode(&v); err != nil {
 		fmt.Fprintf(tw, "%s\t%s\n", label, shownValue(string(raw)))
 		return
 	}
-	var walk func(path string, v any)
-	walk = func(path string, v any) {
+	var walk func(path, ref string, v any)
+	walk = func(path, ref string, v any) {
 		switch x := v.(type) {
 		case map[string]any:
 			if len(x) == 0 {
@@ -95,21 +103,25 @@ func jsonFields(tw io.Writer, label string, raw json.RawMessage) {
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				walk(path+"."+shownValue(k), x[k])
+				walk(path+"."+shownValue(k), ref+"."+k, x[k])
 			}
 		case []any:
 			if len(x) == 0 {
 				fmt.Fprintf(tw, "%s\t[]\n", path)
 			}
 			for i, item := range x {
-				walk(path+"["+strconv.Itoa(i)+"]", item)
+				walk(path+"["+strconv.Itoa(i)+"]", ref+"."+strconv.Itoa(i), item)
 			}
 		case string:
 			fmt.Fprintf(tw, "%s\t%s\n", path, shownValue(x))
 		default:
 			b, _ := json.Marshal(x)
+			if m := money[ref]; m != "" {
+				fmt.Fprintf(tw, "%s\t%s (%s)\n", path, m, b)
+				return
+			}
 			fmt.Fprintf(tw, "%s\t%s\n", path, b)
 		}
 	}
-	walk(label, v)
+	walk(label, label, v)
 }
