@@ -1,12 +1,17 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestREADMECommands runs the README's airlock command lines as written
@@ -89,4 +94,81 @@ func shellWords(s string) ([]string, error) {
 		words = append(words, cur.String())
 	}
 	return words, nil
+}
+
+// TestREADMETour runs the tour's first item as written: `airlock serve`
+// with no flags in a new directory (the ports the README names: 8420, and
+// 9000 for the example's payments service), then its two shell blocks with
+// the agent token serve printed. The note is written once and the repeat
+// answers with the first result; the large withdrawal waits for a person.
+// Not parallel: it holds the example's ports.
+func TestREADMETour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("serves the example")
+	}
+	for _, addr := range []string{"127.0.0.1:8420", "127.0.0.1:9000"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			if os.Getenv("AIRLOCK_TEST_REQUIRE_TOUR") == "1" {
+				t.Fatalf("%s is taken, and the tour serves there (AIRLOCK_TEST_REQUIRE_TOUR=1)", addr)
+			}
+			t.Skipf("%s is taken; the tour serves there", addr)
+		}
+		ln.Close()
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tour := string(readme)[strings.Index(string(readme), "0. **Run it.**"):]
+	tour = tour[:strings.Index(tour, "\n1. ")]
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(tour, -1)
+	if len(blocks) != 2 || !strings.Contains(tour, "`go run ./cmd/airlock serve`") {
+		t.Fatalf("the tour's item 0 has %d shell blocks; want 2, after go run ./cmd/airlock serve", len(blocks))
+	}
+
+	serve := exec.Command(bin(t, "airlock"), "serve")
+	serve.Dir = t.TempDir()
+	out := &lockedBuffer{}
+	serve.Stdout, serve.Stderr = out, out
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		_ = serve.Wait()
+	}()
+	token := regexp.MustCompile(`agent:\s+(agent_[0-9a-f]+)`)
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "listening on") || token.FindStringSubmatch(out.String()) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	agent := token.FindStringSubmatch(out.String())[1]
+	shell := func(block string) string {
+		t.Helper()
+		script := strings.Replace(block, "TOKEN=agent_...", "TOKEN="+agent, 1)
+		got, err := exec.Command("bash", "-c", script).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, got)
+		}
+		return string(got)
+	}
+	lines := strings.Fields(shell(blocks[0][1])) // one JSON value a line, blank lines between
+	if len(lines) != 3 || !strings.Contains(lines[0], `"repeat":false`) || !strings.Contains(lines[1], `"repeat":true`) ||
+		!strings.Contains(lines[2], `"WD-24817":["checked"]`) {
+		t.Fatalf("calling add_note twice, then the stats:\n%s", strings.Join(lines, "\n"))
+	}
+	var first, second map[string]any
+	_ = json.Unmarshal([]byte(lines[0]), &first)
+	_ = json.Unmarshal([]byte(lines[1]), &second)
+	if fmt.Sprint(first["result"]) != fmt.Sprint(second["result"]) || first["result"] == nil {
+		t.Fatalf("the repeat's result %v is not the first's %v", second["result"], first["result"])
+	}
+	// The second block runs in the same terminal: $TOKEN is still set.
+	if got := shell("TOKEN=agent_...\n" + blocks[1][1]); !strings.Contains(got, `"status":"planned"`) || !strings.Contains(got, `"awaiting_approval"`) {
+		t.Fatalf("proposing the large withdrawal:\n%s", got)
+	}
 }
