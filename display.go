@@ -80,8 +80,8 @@ func (t *Tool) Money(args, facts json.RawMessage) map[string]string {
 			code, _ = c.(string)
 			code = strings.ToUpper(strings.TrimSpace(code))
 		}
-		if !currencyCodeRE.MatchString(code) {
-			continue
+		if _, known := MinorUnitDigits(code); !known || !currencyCodeRE.MatchString(code) {
+			continue // not a currency: its minor unit is unknown, the raw value shows
 		}
 		out[f.Amount] = FormatMoney(minor, code)
 	}
@@ -149,6 +149,9 @@ func (d *Display) validate(v *validator, p string, t *Tool) {
 		case f.Currency == "":
 			v.add(fp+".currency", "tool %s: required: args.PATH or facts.PATH of an ISO 4217 code, or the code itself such as USD", name)
 		case currencyCodeRE.MatchString(f.Currency):
+			if _, known := MinorUnitDigits(f.Currency); !known {
+				v.add(fp+".currency", "tool %s: %q is not an ISO 4217 currency", name, f.Currency)
+			}
 		case strings.HasPrefix(f.Currency, "args.") || strings.HasPrefix(f.Currency, "facts."):
 			ref(fp+".currency", f.Currency, true)
 		default:

@@ -3,23 +3,29 @@ package airlock
 import (
 	"strconv"
 	"strings"
+
+	"golang.org/x/text/currency"
 )
 
-// minorUnitDigits are the ISO 4217 currencies whose minor unit is not a
-// hundredth: none (JPY) or a thousandth (KWD). Every other code has two.
-var minorUnitDigits = map[string]int{
-	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0,
-	"RWF": 0, "UGX": 0, "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
+// MinorUnitDigits is how many digits of a currency's amount are its minor
+// unit, by ISO 4217 as CLDR keeps it (golang.org/x/text/currency): 2 for
+// USD, 0 for JPY, 3 for KWD; false for a code that is not a currency.
+func MinorUnitDigits(code string) (int, bool) {
+	u, err := currency.ParseISO(strings.ToUpper(strings.TrimSpace(code)))
+	if err != nil {
+		return 0, false
+	}
+	scale, _ := currency.Standard.Rounding(u)
+	return scale, true
 }
 
 // FormatMoney writes an amount given in a currency's minor units as a
 // person reads it: 250000 USD is "2,500.00 USD", 1200 JPY "1,200 JPY",
-// 1500 KWD "1.500 KWD" (ISO 4217 minor units; two digits when the code is
-// not known to have other).
-func FormatMoney(minor int64, currency string) string {
-	currency = strings.ToUpper(strings.TrimSpace(currency))
-	digits, ok := minorUnitDigits[currency]
+// 1500 KWD "1.500 KWD" (MinorUnitDigits; two digits for a code that is
+// not a currency).
+func FormatMoney(minor int64, code string) string {
+	code = strings.ToUpper(strings.TrimSpace(code))
+	digits, ok := MinorUnitDigits(code)
 	if !ok {
 		digits = 2
 	}
@@ -45,9 +51,9 @@ func FormatMoney(minor int64, currency string) string {
 		b.WriteByte('.')
 		b.WriteString(frac)
 	}
-	if currency != "" {
+	if code != "" {
 		b.WriteByte(' ')
-		b.WriteString(currency)
+		b.WriteString(code)
 	}
 	return b.String()
 }

@@ -24,7 +24,9 @@ func TestFormatMoney(t *testing.T) {
 		{-9900, "USD", "-99.00 USD"},
 		{1200, "JPY", "1,200 JPY"},
 		{1500, "KWD", "1.500 KWD"},
-		{123456789, "XYZ", "1,234,567.89 XYZ"},
+		{123456789, "XYZ", "1,234,567.89 XYZ"}, // not a currency: two digits
+		{1000, "CLP", "1,000 CLP"},
+		{1000, "BHD", "1.000 BHD"},
 		{100, "", "1.00"},
 		{math.MinInt64, "USD", "-92,233,720,368,547,758.08 USD"},
 	} {
@@ -42,6 +44,7 @@ func TestToolMoneyAndNote(t *testing.T) {
 			{Amount: "args.fee.minor", Currency: "EUR"},
 			{Amount: "args.bad", Currency: "USD"},
 			{Amount: "facts.other", Currency: "facts.nocode"},
+			{Amount: "facts.other", Currency: "XYZ"}, // not a currency: the raw value shows
 		},
 		Note: "args.note",
 	}}

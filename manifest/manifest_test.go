@@ -401,6 +401,7 @@ APPROVAL    display: DISPLAY
 		{"irreversible", `{money: [{amount: args.amount}]}`, "display.money[0].currency: tool pay: required"},
 		{"irreversible", `{money: [{amount: args.amount, currency: usd}]}`, `"usd" is neither an ISO 4217 code`},
 		{"irreversible", `{money: [{currency: USD}]}`, "display.money[0].amount: tool pay: required"},
+		{"irreversible", `{money: [{amount: args.amount, currency: XYZ}]}`, `"XYZ" is not an ISO 4217 currency`},
 		{"write", `{money: [{amount: facts.amount, currency: USD}]}`, "no approval.lookup"},
 		{"irreversible", `{note: facts.why}`, `"facts.why" is not a reference: want args.PATH`},
 		{"irreversible", `{note: args.who}`, `"who" is not in the input schema`},
