@@ -185,6 +185,23 @@ func (g *Guard) Close() {
 // Wait waits for the side effects this guard started to finish.
 func (g *Guard) Wait() { g.inflight.Wait() }
 
+// Shutdown closes the guard once the side effects it started have
+// finished, or returns ctx's error when ctx ends first. Then the guard
+// stays open: a side effect still running writes its outcome through it,
+// or its record stays running until the reaper of another process takes
+// it (docs/operations.md, "Shutdown").
+func (g *Guard) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		g.Close()
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("guard: side effects still running at the shutdown's deadline: %w", ctx.Err())
+	}
+}
+
 // Derive derives the key of a call without running anything.
 func (g *Guard) Derive(c *airlock.Call) (*airlock.Derivation, error) {
 	if c.Tool == nil {

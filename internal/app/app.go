@@ -539,11 +539,12 @@ func (a *App) Close(ctx context.Context) error {
 		})
 	}
 	if a.Guard != nil {
-		if !waitOrDone(ctx, a.Guard.Wait) {
+		// One wait, bounded by ctx: past it, Close returns, whatever runs.
+		if err := a.Guard.Shutdown(ctx); err != nil {
 			a.log.Warn("airlock: stopping with side effects still running; their records stay running until the reaper of another process takes them")
+			errs = append(errs, err)
 		}
-		a.Guard.Close()
-		if a.started {
+		if a.started && ctx.Err() == nil {
 			if _, err := audit.SealPending(ctx, a.Store); err != nil {
 				errs = append(errs, fmt.Errorf("sealing the audit log: %w", err))
 			}
