@@ -56,6 +56,6 @@ func TestCloseReturnsAtItsDeadline(t *testing.T) {
 		t.Fatal("Close did not return at its deadline while a side effect ran")
 	}
 	close(release)
-	<-finished // whatever it says: the store it would write to is closed
+	<-finished      // whatever it says: the store it would write to is closed
 	a.Guard.Close() // what the process's exit does in production
 }
