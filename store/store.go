@@ -22,7 +22,7 @@ const DefaultDSN = "sqlite:./airlock-data/airlock.db"
 func Kind(dsn string) (string, error) {
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
-		if strings.TrimPrefix(dsn, "sqlite:") == "" {
+		if SQLitePath(dsn) == "" { // sqlite: and sqlite:// name no file
 			return "", airlock.FieldErrorf(airlock.CodeInvalidArgument, "db", "sqlite DSN has no path: want sqlite:PATH, such as %s", DefaultDSN)
 		}
 		return "sqlite", nil
@@ -37,6 +37,9 @@ type Options struct {
 	// NoAudit leaves out the audit events of claims and completions, to
 	// measure what the audit log costs. Never in service.
 	NoAudit bool
+	// ReadOnly opens an embedded (SQLite) database read-only, for a command
+	// that only reads it (sqlite.Config.ReadOnly). PostgreSQL ignores it.
+	ReadOnly bool
 }
 
 // Open opens the store a DSN names. It does not migrate; call Migrate.
@@ -52,7 +55,7 @@ func OpenWith(ctx context.Context, dsn string, o Options) (airlock.Store, error)
 	}
 	switch kind {
 	case "sqlite":
-		s, err := sqlite.Open(SQLitePath(dsn), &sqlite.Config{NoAudit: o.NoAudit})
+		s, err := sqlite.Open(SQLitePath(dsn), &sqlite.Config{NoAudit: o.NoAudit, ReadOnly: o.ReadOnly})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", airlock.ErrStoreUnavailable, err)
 		}

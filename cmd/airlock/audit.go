@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,7 +23,12 @@ func cmdAudit(e *env, args []string) int {
 	var since, until, before whenFlag
 	var file, out, expectHead *string
 	var expectCount *int64
-	format := fs.String("format", "jsonl", "export: jsonl; verify and purge: text or json")
+	var format *string
+	if sub == "export" {
+		format = fs.String("format", "jsonl", "jsonl (one event a line), the only export format")
+	} else {
+		format = fs.String("format", "text", "text or json")
+	}
 	switch sub {
 	case "export":
 		fs.Var(&since, "since", "export events from this time: RFC 3339, a date (YYYY-MM-DD, UTC) or an age such as 24h or 7d (default: the first kept)")
@@ -41,9 +47,21 @@ func cmdAudit(e *env, args []string) int {
 	}
 	// verify and export read: they change nothing unless asked (a backup's
 	// pending events are reported, not sealed into its chain); purge writes.
-	seal := fs.Bool("seal", sub == "purge", "seal events written since the server last did, before reading (verify and export report them as not sealed yet without it)")
+	sealHelp := map[string]string{
+		"verify": "seal the events written since the server last did, before verifying (without it they are reported as not sealed yet, and the database is opened read-only)",
+		"export": "seal the events written since the server last did, before exporting (without it the export ends at the last sealed event, and the database is opened read-only)",
+		"purge":  "seal the events written since the server last did, before purging",
+	}[sub]
+	seal := fs.Bool("seal", sub == "purge", sealHelp)
 	if code, ok := parse(fs, args[1:]); !ok {
 		return code
+	}
+	formats := []string{"text", "json"}
+	if sub == "export" {
+		formats = []string{"jsonl"}
+	}
+	if !slices.Contains(formats, *format) { // before anything is read or sealed
+		return usageError(e, "audit "+sub, "--format %q: want %s", *format, strings.Join(formats, " or "))
 	}
 	if expectHead == nil {
 		expectHead, expectCount = new(string), new(int64)
@@ -75,7 +93,7 @@ func cmdAudit(e *env, args []string) int {
 	if sub == "export" && !since.t.IsZero() && !until.t.IsZero() && !since.t.Before(until.t) {
 		return usageError(e, "audit export", "--since (%s) must be before --until (%s)", since.t.Format(time.RFC3339), until.t.Format(time.RFC3339))
 	}
-	s, code := openForReading(e, *db) // nothing created, nothing migrated
+	s, code := openForReading(e, *db, sub != "purge" && !*seal) // nothing created, nothing migrated
 	if code != 0 {
 		return code
 	}
@@ -87,9 +105,6 @@ func cmdAudit(e *env, args []string) int {
 	}
 	switch sub {
 	case "export":
-		if *format != "jsonl" {
-			return usageError(e, "audit "+sub+"", "--format %q: export writes jsonl", *format)
-		}
 		return exportAudit(e, s, since.t, until.t, *out)
 	case "purge":
 		st, err := audit.Purge(e.ctx, s, before.t, batch)

@@ -29,12 +29,14 @@ func cmdBackup(e *env, args []string) int {
 	}
 	schema, err := databaseSchema(e.ctx, *db)
 	if err != nil {
-		return fail(e, "backup: %v", err)
+		return failCode(e, err)
 	}
 	if schema == 0 {
-		return fail(e, "backup: %s holds no airlock database (never migrated)", redactDSN(*db))
+		return failCode(e, &usageErr{fmt.Sprintf("--db %s holds no airlock database (never migrated)", redactDSN(*db))})
 	}
-	src, err := sqlite.Open(store.SQLitePath(*db), nil)
+	// Read-only: the copy is read from one snapshot; the source is not
+	// changed (VACUUM INTO writes only the new file).
+	src, err := sqlite.Open(store.SQLitePath(*db), &sqlite.Config{ReadOnly: true})
 	if err != nil {
 		return fail(e, "backup: %v", err)
 	}

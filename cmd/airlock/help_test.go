@@ -209,7 +209,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version --db: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	missing := filepath.Join(dir, "none.db")
-	if r := runCLI(t, "version", "--db", "sqlite:"+missing); r.code != 1 {
+	if r := runCLI(t, "version", "--db", "sqlite:"+missing); r.code != 2 || !strings.Contains(r.stderr, "no database at "+missing) {
 		t.Fatalf("version --db of a missing file: exit %d", r.code)
 	}
 	if _, err := os.Stat(missing); err == nil {

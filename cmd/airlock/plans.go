@@ -44,7 +44,7 @@ func planFlags(fs *flag.FlagSet, acts bool) (db, url, token, by, config *string)
 	return
 }
 
-func openPlanClient(ctx context.Context, db, url, token, by, config string) (*planClient, error) {
+func openPlanClient(ctx context.Context, db, url, token, by, config string, readOnly bool) (*planClient, error) {
 	switch {
 	case url != "":
 		if token == "" {
@@ -56,11 +56,12 @@ func openPlanClient(ctx context.Context, db, url, token, by, config string) (*pl
 		if err != nil {
 			return nil, err // a missing file is a usageErr
 		}
-		if err := existingDatabase(db); err != nil {
+		if err := existingDatabase(ctx, db); err != nil {
 			return nil, err // opening it would create it
 		}
 		// No migrations and no background loops: a running server owns them.
-		a, err := app.New(ctx, &app.Config{Manifest: m, ManifestDir: manifestDir(config), DSN: db, Logger: slog.New(slog.DiscardHandler)})
+		// A command that only reads opens the file read-only.
+		a, err := app.New(ctx, &app.Config{Manifest: m, ManifestDir: manifestDir(config), DSN: db, ReadOnly: readOnly, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +211,7 @@ func cmdPlans(e *env, args []string) int {
 	if sub != "list" && len(rest) != 1 {
 		return usageError(e, "plans "+sub, "want one plan id")
 	}
-	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
+	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config, sub == "list" || sub == "show")
 	if err != nil {
 		return failCode(e, err)
 	}

@@ -52,7 +52,7 @@ func cmdRecords(e *env, args []string) int {
 	if sub == "settle" && *result != "" && !json.Valid([]byte(*result)) {
 		return usageError(e, "records settle", "--result must be JSON")
 	}
-	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config)
+	c, err := openPlanClient(e.ctx, *db, *url, *token, *by, *config, sub == "show")
 	if err != nil {
 		return failCode(e, err)
 	}

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -80,7 +82,7 @@ func cmdVersion(e *env, args []string) int {
 	if *db != "" {
 		have, err := databaseSchema(e.ctx, *db)
 		if err != nil {
-			return fail(e, "%v", err)
+			return failCode(e, err)
 		}
 		b.Database = &have
 	}
@@ -118,11 +120,20 @@ func orUnknown(s string) string {
 // databaseSchema reads a database's schema version without changing it: a
 // SQLite file that does not exist is an error, not a new database.
 func databaseSchema(ctx context.Context, dsn string) (int, error) {
-	if kind, err := store.Kind(dsn); err == nil && kind == "sqlite" {
-		if _, err := os.Stat(store.SQLitePath(dsn)); err != nil {
-			return 0, fmt.Errorf("--db: %w", err)
+	kind, err := store.Kind(dsn)
+	if err != nil {
+		return 0, &usageErr{"--db: " + err.Error()}
+	}
+	if kind == "sqlite" {
+		path := store.SQLitePath(dsn)
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return 0, &usageErr{fmt.Sprintf("--db: no database at %s", path)}
 		}
-		return sqlite.SchemaVersionOf(ctx, store.SQLitePath(dsn)) // read-only: nothing written
+		v, err := sqlite.SchemaVersionOf(ctx, path) // read-only: nothing written
+		if err != nil {
+			return 0, fmt.Errorf("--db %s: %w", path, err)
+		}
+		return v, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

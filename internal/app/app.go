@@ -64,6 +64,10 @@ type Config struct {
 	// commands and `airlock migrate` set it; the CLI's other commands do
 	// not. Default false.
 	Migrate bool
+	// ReadOnly opens an embedded (SQLite) database read-only, for a command
+	// that only reads through the app (plans list, records show): nothing
+	// in the file changes, and a write fails. Default false.
+	ReadOnly bool
 	// Tokens are the bearer tokens the gateway and the page accept.
 	// Default: none (every authenticated route answers 401).
 	Tokens []gateway.Token
@@ -297,7 +301,7 @@ func (a *App) openStore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		sc := &sqlite.Config{EnqueueCommit: ins.Commit}
+		sc := &sqlite.Config{EnqueueCommit: ins.Commit, ReadOnly: a.cfg.ReadOnly}
 		if a.Manifest.Notify.Webhook != "" {
 			sc.EnqueueNotice = ins.Notice
 		}

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,11 @@ type Config struct {
 	// for measuring what the audit log costs (airlock bench --compare-audit);
 	// never in service. Default false.
 	NoAudit bool
+	// ReadOnly opens the file read-only (SQLite's mode=ro) for a command
+	// that only reads: nothing is created, the journal mode is not set, a
+	// write fails. Its bytes are never changed; SQLite may still make the
+	// -wal and -shm files any reader of a WAL database uses. Default false.
+	ReadOnly bool
 	// EnqueueCommit inserts the commit job of a plan that becomes approved,
 	// inside the transaction that approves it (package plan/riverqueue).
 	// Default: none (plans are committed only when asked).
@@ -97,7 +103,7 @@ func Open(path string, cfg *Config) (*Store, error) {
 	if busy <= 0 {
 		busy = 10 * time.Second
 	}
-	if path != ":memory:" {
+	if path != ":memory:" && !cfg.ReadOnly {
 		if dir := filepath.Dir(path); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, fmt.Errorf("sqlite: creating the directory of %s: %w", path, err)
@@ -106,11 +112,15 @@ func Open(path string, cfg *Config) (*Store, error) {
 	}
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
+	if cfg.ReadOnly {
+		q.Set("mode", "ro")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(FULL)")
+		q.Set("_txlock", "immediate")
+	}
 	q.Add("_pragma", "foreign_keys(ON)")
-	q.Set("_txlock", "immediate")
-	dsn := "file:" + path + "?" + q.Encode()
+	dsn := URI(path, q)
 
 	write, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -150,6 +160,17 @@ func Open(path string, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// URI is the SQLite URI of the file at path with params: the path's %, ?
+// and # escaped, so that a file named a#b.db is that file (unescaped, #
+// would end the path and drop the parameters, mode=ro among them).
+func URI(path string, params url.Values) string {
+	u := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	if len(params) > 0 {
+		u += "?" + params.Encode()
+	}
+	return u
 }
 
 // Path is the database file.
@@ -372,7 +393,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 // opening it as a store: read-only, so nothing is written to it, not even
 // the journal mode a store sets on open (airlock migrate --status, version).
 func SchemaVersionOf(ctx context.Context, path string) (int, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	db, err := sql.Open("sqlite", URI(path, url.Values{"mode": {"ro"}}))
 	if err != nil {
 		return 0, err
 	}
