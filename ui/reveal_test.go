@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -30,5 +31,22 @@ func TestDeepNestingIsCut(t *testing.T) {
 	out, cut := displayJSON(raw)
 	if !cut || len(out) > maxShownJSON+200 || !strings.Contains(string(out), "cut here") {
 		t.Fatalf("2,000 levels: %d bytes shown, cut %v", len(out), cut)
+	}
+}
+
+// Indented JSON keeps its line feeds as line feeds (a string's own are
+// escaped in it), and what it writes is bounded, badges and all.
+func TestShownJSONLayoutAndBound(t *testing.T) {
+	t.Parallel()
+	if got := string(shownJSON(json.RawMessage(`{"a":[1,2],"s":"x\ny"}`))); strings.Contains(got, "U+000A") || strings.Count(got, "\n") != 6 {
+		t.Fatalf("indented JSON: %q", got)
+	}
+	items := make([]string, 300)
+	for i := range items {
+		items[i] = strings.Repeat("\u200b", 333)
+	}
+	raw, _ := json.Marshal(items)
+	if got := planPart("pl_1", "result", "result", raw); len(got) > maxShownJSON+4<<10 || !strings.Contains(string(got), "cut here") || !strings.Contains(string(got), `id="whole-result"`) {
+		t.Fatalf("300 strings of zero-width spaces: %d bytes written", len(got))
 	}
 }

@@ -58,27 +58,39 @@ func badge(b *strings.Builder, r rune) {
 }
 
 // writeShown writes s as HTML: escaped, each invisible character a badge.
-func writeShown(b *strings.Builder, s string) {
+func writeShown(b *strings.Builder, s string) { writeShownWithin(b, s, -1, false) }
+
+// writeShownWithin is writeShown stopping once it has written more than
+// budget bytes (a badge is some 70 bytes for a 3-byte character, so the
+// page is bounded by what it writes, not by what it was given); it reports
+// whether it stopped early. budget < 0: no bound. layout: s is indented
+// JSON, whose line feeds are its layout (a string's own are escaped), so
+// they stay line feeds.
+func writeShownWithin(b *strings.Builder, s string, budget int, layout bool) (cut bool) {
+	limit := b.Len() + budget
 	start := 0
 	for i, r := range s {
-		if airlock.Invisible(r) {
+		if budget >= 0 && b.Len()+(i-start) > limit {
+			template.HTMLEscape(b, []byte(s[start:i]))
+			return true
+		}
+		if airlock.Invisible(r) && !(layout && r == '\n') {
 			template.HTMLEscape(b, []byte(s[start:i]))
 			badge(b, r)
 			start = i + utf8.RuneLen(r)
 		}
 	}
 	template.HTMLEscape(b, []byte(s[start:]))
+	return false
 }
 
 // shown is s as a list's cell shows it: invisible characters as badges,
-// cut at max bytes with its full length said.
+// cut at max bytes (or where its badges make it four times that) with its
+// full length said.
 func shown(s string, max int) template.HTML {
 	var b strings.Builder
-	if len(s) > max {
-		writeShown(&b, airlock.Shorten(s, max))
+	if cut := writeShownWithin(&b, airlock.Shorten(s, max), 4*max, false); cut || len(s) > max {
 		fmt.Fprintf(&b, ` <span class="cut">(%d bytes in all)</span>`, len(s))
-	} else {
-		writeShown(&b, s)
 	}
 	return template.HTML(b.String())
 }
@@ -95,7 +107,9 @@ func shownJSON(raw json.RawMessage) template.HTML {
 	}
 	out, _ := displayJSON(raw)
 	var b strings.Builder
-	writeShown(&b, string(out))
+	if writeShownWithin(&b, string(out), maxShownJSON, true) {
+		fmt.Fprintf(&b, "\n[… cut here: the value is %d bytes as sent]", len(raw))
+	}
 	return template.HTML(b.String())
 }
 
@@ -109,7 +123,10 @@ func planPart(planID, id, name string, raw json.RawMessage) template.HTML {
 	out, cut := displayJSON(raw)
 	var b strings.Builder
 	b.WriteString(`<pre id="` + id + `">`)
-	writeShown(&b, string(out))
+	if writeShownWithin(&b, string(out), maxShownJSON, true) {
+		fmt.Fprintf(&b, "\n[… cut here: the value is %d bytes as sent; the whole is a link away]", len(raw))
+		cut = true
+	}
 	b.WriteString(`</pre>`)
 	if cut {
 		fmt.Fprintf(&b, `<p><a href="/ui/plans/%s/%s.json" id="whole-%s">The whole %s (%d bytes)</a></p>`,
@@ -190,12 +207,9 @@ func planFields(planID, id, name string, raw json.RawMessage, money map[string]s
 		switch {
 		case isString:
 			s := text
-			if len(s) > maxShownString {
-				writeShown(&b, airlock.Shorten(s, maxShownString))
+			if writeShownWithin(&b, airlock.Shorten(s, maxShownString), 4*maxShownString, false) || len(s) > maxShownString {
 				fmt.Fprintf(&b, ` <span class="cut">[%d bytes in all]</span>`, len(s))
 				cut = true
-			} else {
-				writeShown(&b, s)
 			}
 		case money[src+"."+ref] != "":
 			fmt.Fprintf(&b, `<strong class="money">%s</strong> <small>%s</small>`, template.HTMLEscapeString(money[src+"."+ref]), template.HTMLEscapeString(text))

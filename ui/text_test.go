@@ -247,3 +247,31 @@ func TestPlanPageShowsLabelledFieldsAndMoney(t *testing.T) {
 		t.Fatalf("the queue lacks the formatted amount or the agent's note:\n%s", queue)
 	}
 }
+
+// The page is bounded by what it writes, badges and all: a note of 4 KiB
+// of zero-width spaces (some 1,400 badges) and many short strings of them
+// keep a plan's page near 64 KB.
+func TestBadgesDoNotSwellThePage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	manifestText := strings.Replace(pageManifest, "input_schema: {type: object, properties: {record_id: {type: string}}}",
+		"input_schema: {type: object, properties: {record_id: {type: string}, note: {type: string}, items: {type: array, items: {type: string}}}}", 1) +
+		"    display: {note: args.note}\n"
+	m, plans, p := approverPage(t, manifestText)
+	items := make([]string, 300)
+	for i := range items {
+		items[i] = strings.Repeat("\u200b", 333)
+	}
+	raw, _ := json.Marshal(map[string]any{"record_id": "WD-1", "note": strings.Repeat("\u200b", airlock.MaxNoteBytes/3), "items": items})
+	pl, _, err := plans.Propose(airlock.WithActor(ctx, "agent-1"), m.Tool("pay"), airlock.MustArgs(string(raw)), "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pg, _ := p.get("/ui/plans/" + pl.ID)
+	if len(pg) > 100<<10 {
+		t.Fatalf("the plan's page is %d bytes; want it near 64 KB whatever the badges", len(pg))
+	}
+	if !strings.Contains(pg, "bytes in all") {
+		t.Fatal("the page does not say the note was cut")
+	}
+}
