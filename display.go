@@ -1,9 +1,11 @@
 package airlock
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -33,7 +35,10 @@ type MoneyField struct {
 // maxMoneyFields bounds display.money: a tool's amounts, not a ledger.
 const maxMoneyFields = 16
 
-var currencyCodeRE = regexp.MustCompile(`^[A-Z]{3}$`)
+var (
+	currencyCodeRE = regexp.MustCompile(`^[A-Z]{3}$`)
+	asciiCodeRE    = regexp.MustCompile(`^[A-Za-z]{3}$`)
+)
 
 // Money is the tool's money values in a plan's arguments and facts, each
 // formatted: "args.amount_minor" → "2,500.00 USD". An amount that is not
@@ -78,7 +83,11 @@ func (t *Tool) Money(args, facts json.RawMessage) map[string]string {
 		if strings.HasPrefix(code, "args.") || strings.HasPrefix(code, "facts.") {
 			c, _ := value(code)
 			code, _ = c.(string)
-			code = strings.ToUpper(strings.TrimSpace(code))
+			code = strings.TrimSpace(code)
+			if !asciiCodeRE.MatchString(code) {
+				continue // ToUpper would make "uſd" USD
+			}
+			code = strings.ToUpper(code)
 		}
 		if _, known := MinorUnitDigits(code); !known || !currencyCodeRE.MatchString(code) {
 			continue // not a currency: its minor unit is unknown, the raw value shows
@@ -115,13 +124,19 @@ func (d *Display) validate(v *validator, p string, t *Tool) {
 		return
 	}
 	// ref checks a reference into the arguments (declared in the input
-	// schema) or the facts (which need a lookup).
-	ref := func(fp, r string, factsToo bool) {
+	// schema, of one of types when given) or the facts (which need a
+	// lookup).
+	ref := func(fp, r string, factsToo bool, types ...string) {
 		src, path, _ := strings.Cut(r, ".")
 		switch {
 		case src == "args" && path != "":
-			if !schemaHasPath(t.InputSchema, path) {
+			sch, ok := schemaAt(t.InputSchema, path)
+			typ, _ := sch["type"].(string)
+			switch {
+			case !ok:
 				v.add(fp, "tool %s: %q is not in the input schema's properties", name, path)
+			case len(types) > 0 && !slices.Contains(types, typ):
+				v.add(fp, "tool %s: %q is %s in the input schema; want %s", name, path, cmp.Or(typ, "of no type"), strings.Join(types, " or "))
 			}
 		case src == "facts" && path != "" && factsToo:
 			if t.Approval == nil || t.Approval.Lookup == nil {
@@ -138,12 +153,17 @@ func (d *Display) validate(v *validator, p string, t *Tool) {
 	if len(d.Money) > maxMoneyFields {
 		v.add(p+".money", "tool %s: %d amounts; at most %d", name, len(d.Money), maxMoneyFields)
 	}
+	seen := map[string]int{}
 	for i, f := range d.Money {
 		fp := fmt.Sprintf("%s.money[%d]", p, i)
+		if j, dup := seen[f.Amount]; dup && f.Amount != "" {
+			v.add(fp+".amount", "tool %s: %q is already money[%d]: an amount has one currency", name, f.Amount, j)
+		}
+		seen[f.Amount] = i
 		if f.Amount == "" {
 			v.add(fp+".amount", "tool %s: required: args.PATH or facts.PATH of an integer in minor units", name)
 		} else {
-			ref(fp+".amount", f.Amount, true)
+			ref(fp+".amount", f.Amount, true, "integer")
 		}
 		switch {
 		case f.Currency == "":
@@ -153,12 +173,12 @@ func (d *Display) validate(v *validator, p string, t *Tool) {
 				v.add(fp+".currency", "tool %s: %q is not an ISO 4217 currency", name, f.Currency)
 			}
 		case strings.HasPrefix(f.Currency, "args.") || strings.HasPrefix(f.Currency, "facts."):
-			ref(fp+".currency", f.Currency, true)
+			ref(fp+".currency", f.Currency, true, "string")
 		default:
 			v.add(fp+".currency", "tool %s: %q is neither an ISO 4217 code (three capital letters, such as USD) nor args.PATH or facts.PATH", name, f.Currency)
 		}
 	}
 	if d.Note != "" {
-		ref(p+".note", d.Note, false)
+		ref(p+".note", d.Note, false, "string")
 	}
 }

@@ -45,10 +45,11 @@ func TestToolMoneyAndNote(t *testing.T) {
 			{Amount: "args.bad", Currency: "USD"},
 			{Amount: "facts.other", Currency: "facts.nocode"},
 			{Amount: "facts.other", Currency: "XYZ"}, // not a currency: the raw value shows
+			{Amount: "args.odd", Currency: "args.oddcur"}, // "uſd" is not USD, though ToUpper makes it so
 		},
 		Note: "args.note",
 	}}
-	args := json.RawMessage(`{"record_id":"WD-1","fee":{"minor":1250},"bad":12.5,"note":"customer called"}`)
+	args := json.RawMessage(`{"record_id":"WD-1","fee":{"minor":1250},"bad":12.5,"note":"customer called","odd":100,"oddcur":"u\u017fd"}`)
 	facts := json.RawMessage(`{"amount_minor":250000,"currency":"usd","other":5}`)
 	got := tool.Money(args, facts)
 	want := map[string]string{"facts.amount_minor": "2,500.00 USD", "args.fee.minor": "12.50 EUR"}

@@ -406,6 +406,10 @@ APPROVAL    display: DISPLAY
 		{"irreversible", `{note: facts.why}`, `"facts.why" is not a reference: want args.PATH`},
 		{"irreversible", `{note: args.who}`, `"who" is not in the input schema`},
 		{"irreversible", `{nte: args.why}`, `unknown field "nte" in display (money, note)`},
+		{"irreversible", `{money: [{amount: args.cur, currency: USD}]}`, `"cur" is string in the input schema; want integer`},
+		{"irreversible", `{money: [{amount: args.amount, currency: args.amount}]}`, `"amount" is integer in the input schema; want string`},
+		{"irreversible", `{note: args.amount}`, `"amount" is integer in the input schema; want string`},
+		{"irreversible", `{money: [{amount: args.amount, currency: USD}, {amount: args.amount, currency: EUR}]}`, `"args.amount" is already money[0]`},
 	} {
 		ap := ""
 		if c.kind == "irreversible" {

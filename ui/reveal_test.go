@@ -50,3 +50,13 @@ func TestShownJSONLayoutAndBound(t *testing.T) {
 		t.Fatalf("300 strings of zero-width spaces: %d bytes written", len(got))
 	}
 }
+
+// Money is shown for the member its reference names: a member named
+// "obj.a" is not obj's member a.
+func TestMoneyOnlyWhereItsReferencePoints(t *testing.T) {
+	t.Parallel()
+	got := string(planFields("pl_1", "args", "arguments", json.RawMessage(`{"obj":{"a":100},"obj.a":99999999}`), map[string]string{"args.obj.a": "1.00 USD"}, "args"))
+	if strings.Count(got, `class="money"`) != 1 || !strings.Contains(got, `<strong class="money">1.00 USD</strong> <small>100</small>`) || !strings.Contains(got, "<td>99999999</td>") {
+		t.Fatalf("money beside the wrong value:\n%s", got)
+	}
+}

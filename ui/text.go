@@ -255,6 +255,11 @@ func walkLeaves(raw []byte, leaf func(shown, ref string, isString bool, text str
 		}
 		f := stack[len(stack)-1]
 		seg, refSeg := f.name, f.name
+		if strings.Contains(f.name, ".") {
+			// A member named "obj.a" is not obj's member a: it names no
+			// reference, so no money is shown for it.
+			refSeg = "\x00" + f.name
+		}
 		if f.array {
 			seg, refSeg = fmt.Sprintf("[%d]", f.index), fmt.Sprint(f.index)
 		}

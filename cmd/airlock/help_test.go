@@ -177,6 +177,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"plans", "show", "pl_1", "--format", "yaml"}, 2, `--format "yaml": want text or json`},
 		{[]string{"records", "settle", "k1", "--db", "sqlite:x.db", "--happened=maybe"}, 2, "--happened must be true or false"},
 		{[]string{"key", "--args", "{}"}, 2, "--tool is required"},
+		{[]string{"plans", "reject", "pl_1", "--db", "sqlite:x.db", "--as", "mallory\x1b[2J", "--reason", "x"}, 2, "--as mallory[U+001B][2J: a name"},
 		{[]string{"audit", "purge", "--db", "sqlite:x.db"}, 2, "--before is required"},
 		{[]string{"report", "--since", "-1h"}, 2, "--since"},
 		// A manifest that is not there: its whole path named.

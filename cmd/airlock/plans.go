@@ -52,6 +52,10 @@ func openPlanClient(ctx context.Context, db, url, token, by, config string, read
 		}
 		return &planClient{url: strings.TrimSuffix(url, "/"), token: token}, nil
 	case db != "":
+		// The name goes into the audit log and onto the page, as a person's.
+		if airlock.HasInvisible(by) || len(by) > 200 {
+			return nil, &usageErr{fmt.Sprintf("--as %s: a name of at most 200 bytes with no control or invisible characters", airlock.RevealShortened(by, 200))}
+		}
 		m, err := loadManifest(config)
 		if err != nil {
 			return nil, err // a missing file is a usageErr

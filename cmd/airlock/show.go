@@ -33,17 +33,17 @@ func printPlan(w io.Writer, p *airlock.Plan, tool *airlock.Tool) {
 	field("tool", p.Tool)
 	field("status", string(p.Status))
 	field("rule", strings.TrimSpace(p.Rule+" ("+p.Decision+")"))
-	field("proposed", strings.TrimSpace("by "+orUnknown(p.ProposedBy)+" at "+p.CreatedAt.Format(time.RFC3339)))
+	field("proposed", strings.TrimSpace("by "+shownValue(orUnknown(p.ProposedBy))+" at "+p.CreatedAt.Format(time.RFC3339)))
 	field("run", shownValue(p.RunID))
 	field("approvals", fmt.Sprintf("%d of %d", len(p.Approvals), p.ApprovalsRequiredOr()))
 	for _, a := range p.Approvals {
-		field("  approved", fmt.Sprintf("by %s at %s: %s", a.By, a.At.Format(time.RFC3339), shownValue(a.Reason)))
+		field("  approved", fmt.Sprintf("by %s at %s: %s", shownValue(a.By), a.At.Format(time.RFC3339), shownValue(a.Reason)))
 	}
 	if p.Status == airlock.PlanAwaitingApproval { // a decided plan no longer expires
 		field("expires", p.ExpiresAt.Format(time.RFC3339))
 	}
 	if p.DecidedBy != "" {
-		field("decided", fmt.Sprintf("by %s at %s: %s", p.DecidedBy, p.DecidedAt.Format(time.RFC3339), shownValue(p.DecisionReason)))
+		field("decided", fmt.Sprintf("by %s at %s: %s", shownValue(p.DecidedBy), p.DecidedAt.Format(time.RFC3339), shownValue(p.DecisionReason)))
 	}
 	field("agent's note", shownValue(tool.AgentNote(p.Args)))
 	money := tool.Money(p.Args, p.Facts)
@@ -103,7 +103,11 @@ func jsonFields(tw io.Writer, label string, raw json.RawMessage, money map[strin
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				walk(path+"."+shownValue(k), ref+"."+k, x[k])
+				kref := ref + "." + k
+				if strings.Contains(k, ".") {
+					kref = "\x00" // a member named "obj.a" is not obj's a: no money for it
+				}
+				walk(path+"."+shownValue(k), kref, x[k])
 			}
 		case []any:
 			if len(x) == 0 {

@@ -18,7 +18,7 @@ func TestPrintPlan(t *testing.T) {
 		Money: []airlock.MoneyField{{Amount: "facts.amount_minor", Currency: "facts.currency"}}, Note: "args.note"}}
 	p := &airlock.Plan{ID: "pl_1", Tool: "pay", Status: airlock.PlanRejected, Rule: "everything_else", Decision: "human",
 		ProposedBy: "agent-1", CreatedAt: time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC), ExpiresAt: time.Date(2026, 12, 8, 9, 0, 0, 0, time.UTC),
-		DecidedBy: "alice", DecidedAt: time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC), DecisionReason: "no",
+		DecidedBy: "alice\x1b[2J\u202eecila", DecidedAt: time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC), DecisionReason: "no",
 		Args:  json.RawMessage(`{"record_id":"WD-24813","note":"customer called","ref":{"id":9007199254740993}}`),
 		Facts: json.RawMessage(`{"amount_minor":250000,"currency":"USD"}`)}
 	var b strings.Builder
@@ -26,7 +26,7 @@ func TestPrintPlan(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		`(?m)^status\s+rejected$`, `(?m)^args\.record_id\s+WD-24813$`, `(?m)^args\.ref\.id\s+9007199254740993$`,
-		`(?m)^facts\.amount_minor\s+2,500\.00 USD \(250000\)$`, `(?m)^agent's note\s+customer called$`, `(?m)^decided\s+by alice at 2026-12-07T10:00:00Z: no$`,
+		`(?m)^facts\.amount_minor\s+2,500\.00 USD \(250000\)$`, `(?m)^agent's note\s+customer called$`, `(?m)^decided\s+by alice\[U\+001B\]\[2J\[U\+202E\]ecila at 2026-12-07T10:00:00Z: no$`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("plans show lacks %s:\n%s", want, out)
