@@ -44,7 +44,7 @@ func TestToolMoneyAndNote(t *testing.T) {
 			{Amount: "args.fee.minor", Currency: "EUR"},
 			{Amount: "args.bad", Currency: "USD"},
 			{Amount: "facts.other", Currency: "facts.nocode"},
-			{Amount: "facts.other", Currency: "XYZ"}, // not a currency: the raw value shows
+			{Amount: "facts.other", Currency: "XYZ"},      // not a currency: the raw value shows
 			{Amount: "args.odd", Currency: "args.oddcur"}, // "uſd" is not USD, though ToUpper makes it so
 		},
 		Note: "args.note",
