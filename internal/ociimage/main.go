@@ -12,7 +12,6 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -146,14 +145,14 @@ func image(o Options, binary, arch string) (v1.Image, error) {
 		{name: "tmp/", mode: 0o1777, dir: true},
 	}
 	if o.CACerts != "" {
+		// Missing, the image would name a bundle it does not hold
+		// (SSL_CERT_FILE) and no HTTPS upstream would verify: refused.
 		ca, err := os.ReadFile(o.CACerts)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
+		if err != nil {
+			return nil, fmt.Errorf("the CA bundle: %w (install ca-certificates, or --ca-certs \"\" for an image without one)", err)
 		}
-		if err == nil {
-			files = append(files, file{name: "etc/", mode: 0o755, dir: true}, file{name: "etc/ssl/", mode: 0o755, dir: true},
-				file{name: "etc/ssl/certs/", mode: 0o755, dir: true}, file{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, body: ca})
-		}
+		files = append(files, file{name: "etc/", mode: 0o755, dir: true}, file{name: "etc/ssl/", mode: 0o755, dir: true},
+			file{name: "etc/ssl/certs/", mode: 0o755, dir: true}, file{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, body: ca})
 	}
 	layerTar, err := tarOf(files)
 	if err != nil {
@@ -180,7 +179,10 @@ func image(o Options, binary, arch string) (v1.Image, error) {
 	cf.Config.Cmd = []string{"serve"}
 	cf.Config.User = fmt.Sprintf("%d:%d", nonRoot, nonRoot)
 	cf.Config.WorkingDir = "/data"
-	cf.Config.Env = []string{"TMPDIR=/tmp", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}
+	cf.Config.Env = []string{"TMPDIR=/tmp"}
+	if o.CACerts != "" {
+		cf.Config.Env = append(cf.Config.Env, "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt")
+	}
 	cf.Config.Volumes = map[string]struct{}{"/data": {}}
 	cf.Config.ExposedPorts = map[string]struct{}{"8420/tcp": {}}
 	cf.Config.Labels = map[string]string{

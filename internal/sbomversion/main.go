@@ -12,7 +12,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 func main() {
@@ -36,32 +40,83 @@ func main() {
 	}
 }
 
-// Stamp replaces the main component's version, wherever the SBOM writes it
-// (its version, purl and bom-ref, and the dependency graph's references to
-// it), with version.
+// Stamp names the main component by version: its version, and its purl
+// and bom-ref (wherever the dependency graph refers to that bom-ref),
+// with the old version replaced after their "@". Nothing else changes, a
+// dependency that happens to share the old version least of all, and the
+// members keep their order and indentation.
 func Stamp(sbom []byte, version string) ([]byte, error) {
 	var doc struct {
 		Metadata struct {
 			Component struct {
 				Version string `json:"version"`
+				BOMRef  string `json:"bom-ref"`
+				PURL    string `json:"purl"`
 			} `json:"component"`
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(sbom, &doc); err != nil {
 		return nil, fmt.Errorf("not a CycloneDX JSON SBOM: %w", err)
 	}
-	old := doc.Metadata.Component.Version
-	if old == "" {
+	c := doc.Metadata.Component
+	if c.Version == "" {
 		return nil, errors.New("the SBOM names no version of its main component (metadata.component.version)")
 	}
-	if old == version {
+	if c.Version == version {
 		return sbom, nil
 	}
-	// A pseudo-version or tag is specific enough to replace as text: its
-	// other occurrences are the purl and bom-ref that name the same module.
-	out := bytes.ReplaceAll(sbom, []byte(old), []byte(version))
-	if !json.Valid(out) {
-		return nil, fmt.Errorf("replacing %q with %q made the SBOM invalid JSON", old, version)
+	at := func(s string) string { return strings.Replace(s, "@"+c.Version, "@"+version, 1) }
+	replace := map[string]string{c.BOMRef: at(c.BOMRef), c.PURL: at(c.PURL)}
+	delete(replace, "")
+
+	dec := jsontext.NewDecoder(bytes.NewReader(sbom))
+	var out bytes.Buffer
+	enc := jsontext.NewEncoder(&out, jsontext.WithIndent("  "), jsontext.EscapeForHTML(true))
+	// path holds, for each open object, the member being read ("" in an
+	// array); named reports whether that member's name has been read.
+	var path []string
+	var named []bool
+	for {
+		tok, err := dec.ReadToken()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		inObject := len(named) > 0 && path[len(path)-1] != "[]"
+		switch kind := tok.Kind(); {
+		case kind == '{' || kind == '[':
+			if inObject {
+				named[len(named)-1] = false
+			}
+			seg := ""
+			if kind == '[' {
+				seg = "[]"
+			}
+			path, named = append(path, seg), append(named, false)
+		case kind == '}' || kind == ']':
+			path, named = path[:len(path)-1], named[:len(named)-1]
+			if len(named) > 0 && path[len(path)-1] != "[]" {
+				named[len(named)-1] = false
+			}
+		case inObject && !named[len(named)-1]:
+			path[len(path)-1], named[len(named)-1] = tok.String(), true // a member's name
+		default:
+			if kind == '"' {
+				if strings.Join(path, ".") == "metadata.component.version" {
+					tok = jsontext.String(version)
+				} else if to, ok := replace[tok.String()]; ok {
+					tok = jsontext.String(to)
+				}
+			}
+			if inObject {
+				named[len(named)-1] = false
+			}
+		}
+		if err := enc.WriteToken(tok); err != nil {
+			return nil, err
+		}
 	}
-	return out, nil
+	return out.Bytes(), nil
 }
