@@ -46,7 +46,7 @@ func cmdBackup(e *env, args []string) int {
 		return fail(e, "%v", err)
 	}
 	// The copy's own head: what its audit chain must verify against.
-	cp, err := sqlite.Open(*out, nil)
+	cp, err := sqlite.Open(*out, &sqlite.Config{ReadOnly: true})
 	if err != nil {
 		return fail(e, "backup: opening the copy: %v", err)
 	}
@@ -55,7 +55,11 @@ func cmdBackup(e *env, args []string) int {
 	if err != nil {
 		return fail(e, "backup: reading the copy's audit head: %v", err)
 	}
-	fmt.Fprintf(e.stdout, "backed up %s to %s (schema %d)\naudit head: event %d, hash %s\ncheck it: airlock audit verify --db sqlite:%s --expect-head %s\n",
-		redactDSN(*db), *out, schema, head.Seq, head.Hash, *out, head.Hash)
+	fmt.Fprintf(e.stdout, "backed up %s to %s (schema %d)\n", redactDSN(*db), *out, schema)
+	if head.Hash == "" {
+		fmt.Fprintf(e.stdout, "audit head: none (no event sealed yet)\ncheck it: airlock audit verify --db sqlite:%s\n", *out)
+		return 0
+	}
+	fmt.Fprintf(e.stdout, "audit head: event %d, hash %s\ncheck it: airlock audit verify --db sqlite:%s --expect-head %s\n", head.Seq, head.Hash, *out, head.Hash)
 	return 0
 }

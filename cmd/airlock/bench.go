@@ -5,12 +5,16 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -26,7 +30,9 @@ import (
 
 func cmdBench(e *env, args []string) int {
 	fs := newFlags(e, "bench")
-	db := dbFlag(fs)
+	// Never $AIRLOCK_DB: it may name a database in service, which the
+	// bench would fill with its records.
+	db := fs.String("db", "", "the database to measure on: sqlite:PATH or postgres://… (default: a new SQLite database in a temporary directory, removed afterwards)")
 	var cfg bench.Config
 	fs.StringVar(&cfg.Mode, "mode", "new", "new | repeat | race | mixed | soak (fill a database, then time the report, each page, the purges and audit verify)")
 	events := fs.Int("events", 1_000_000, "soak: about how many audit events to fill the database with (it must be empty)")
@@ -44,6 +50,17 @@ func cmdBench(e *env, args []string) int {
 	memProfile := fs.String("memprofile", "", "with --through: write a profile of the allocations of the named path's run to this file (go tool pprof -sample_index=alloc_space)")
 	if code, ok := parse(fs, args); !ok {
 		return code
+	}
+	if code, ok := checkBenchFlags(e, fs, &cfg, *through); !ok {
+		return code
+	}
+	if *db == "" {
+		dir, err := os.MkdirTemp("", "airlock-bench-")
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		defer os.RemoveAll(dir)
+		*db = "sqlite:" + filepath.Join(dir, "bench.db")
 	}
 	if *memProfile != "" && *through == "" {
 		return usageError(e, "bench", "--memprofile: needs --through (the allocations of one call path's run)")
@@ -63,11 +80,11 @@ func cmdBench(e *env, args []string) int {
 		return benchSoak(e, *db, cfg.Concurrency, *events)
 	}
 	if err := cfg.Validate(); err != nil {
-		return fail(e, "%v", err)
+		return usageError(e, "bench", "%v", err)
 	}
 	kind, err := store.Kind(*db)
 	if err != nil {
-		return fail(e, "%v", err)
+		return usageError(e, "bench", "--db: %v", err)
 	}
 	cfg.Store = kind
 	if *compareTracing {
@@ -572,4 +589,31 @@ func (c *cpuRounds) write() error {
 		return err
 	}
 	return c.out.Close()
+}
+
+// benchPaths are the values of --through.
+var benchPaths = []string{bench.ThroughDirect, bench.ThroughCore, bench.ThroughHTTP, bench.ThroughClaims, bench.ThroughMCP,
+	bench.ThroughMCPStateless, bench.ThroughBareMCP, bench.ThroughBareMCPStateless, bench.ThroughPeerMCP, bench.ThroughPeerMCPStateless}
+
+// checkBenchFlags refuses, before anything runs, counts that are not
+// positive (bench.Config reads 0 as its default; given on the command
+// line it is a mistake) and a --through that names no path (exit 2).
+func checkBenchFlags(e *env, fs *flag.FlagSet, cfg *bench.Config, through string) (code int, ok bool) {
+	code, ok = 0, true
+	fs.Visit(func(f *flag.Flag) {
+		if !ok {
+			return
+		}
+		switch f.Name {
+		case "calls", "concurrency", "events":
+			if n, _ := strconv.Atoi(f.Value.String()); n <= 0 {
+				code, ok = usageError(e, "bench", "--%s %s: want a positive number", f.Name, f.Value), false
+			}
+		case "through":
+			if !slices.Contains(benchPaths, through) {
+				code, ok = usageError(e, "bench", "--through %q: want one of %s", through, strings.Join(benchPaths, ", ")), false
+			}
+		}
+	})
+	return code, ok
 }

@@ -89,15 +89,20 @@ func flagNames(e *env, c command, sub string) []string {
 func writeBash(w io.Writer, words map[string][]string) {
 	fmt.Fprintln(w, "# airlock completion for bash: source <(airlock completion bash)")
 	fmt.Fprintln(w, "_airlock() {")
-	fmt.Fprintln(w, `  local cur="${COMP_WORDS[COMP_CWORD]}" path="" i`)
-	fmt.Fprintln(w, `  for ((i = 1; i < COMP_CWORD; i++)); do case "${COMP_WORDS[i]}" in -*) ;; *) path="${path:+$path }${COMP_WORDS[i]}" ;; esac; done`)
-	fmt.Fprintln(w, `  local words`)
-	fmt.Fprintln(w, `  case "$path" in`)
 	keys := make([]string, 0, len(words))
 	for k := range words {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	// A word extends the path only where the longer path is a command: a
+	// flag's value or a plan id is not.
+	fmt.Fprintf(w, "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" path=\"\" i next known=%q\n", "|"+strings.Join(keys, "|")+"|")
+	fmt.Fprintln(w, `  for ((i = 1; i < COMP_CWORD; i++)); do`)
+	fmt.Fprintln(w, `    next="${path:+$path }${COMP_WORDS[i]}"`)
+	fmt.Fprintln(w, `    [[ "$known" == *"|$next|"* ]] && path=$next`)
+	fmt.Fprintln(w, `  done`)
+	fmt.Fprintln(w, `  local words`)
+	fmt.Fprintln(w, `  case "$path" in`)
 	for _, k := range keys {
 		fmt.Fprintf(w, "    %q) words=%q ;;\n", k, strings.Join(words[k], " "))
 	}

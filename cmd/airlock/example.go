@@ -22,15 +22,23 @@ func cmdExample(e *env, args []string) int {
 	if code, ok := parse(fs, args[1:]); !ok {
 		return code
 	}
-	svc, err := payments.New(&payments.Config{DBPath: *db})
-	if err != nil {
-		return fail(e, "example payments: %v", err)
+	if host, _, err := net.SplitHostPort(*listen); err != nil || host == "" {
+		return usageError(e, "example payments", "--listen %q: want HOST:PORT, such as 127.0.0.1:9000 (0.0.0.0:9000 for every interface)", *listen)
 	}
-	defer svc.Close()
+	if *db == "" {
+		return usageError(e, "example payments", "--db: want a file (without one the service would keep nothing)")
+	}
+	// Listening first: a port that cannot be had leaves no database behind.
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fail(e, "example payments: %v", err)
 	}
+	svc, err := payments.New(&payments.Config{DBPath: *db})
+	if err != nil {
+		ln.Close()
+		return fail(e, "example payments: %v", err)
+	}
+	defer svc.Close()
 	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -180,6 +180,21 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"plans", "reject", "pl_1", "--db", "sqlite:x.db", "--as", "mallory\x1b[2J", "--reason", "x"}, 2, "--as mallory[U+001B][2J: a name"},
 		{[]string{"audit", "purge", "--db", "sqlite:x.db"}, 2, "--before is required"},
 		{[]string{"report", "--since", "-1h"}, 2, "--since"},
+		// Every flag checked before anything runs or is written.
+		{[]string{"bench", "--calls", "-5"}, 2, "--calls -5: want a positive number"},
+		{[]string{"bench", "--through", "nope"}, 2, `--through "nope": want one of direct`},
+		{[]string{"serve", "--db", "foo"}, 2, `--db: "foo" is not a DSN`},
+		{[]string{"serve", "--listen", "nope"}, 2, `--listen "nope": want HOST:PORT`},
+		{[]string{"serve", "--example-payments", "bogus"}, 2, `--example-payments "bogus": want auto, on or off`},
+		{[]string{"example", "payments", "--listen", ""}, 2, `--listen "": want HOST:PORT`},
+		{[]string{"plans", "list", "--status", "bogus"}, 2, `--status "bogus": want one of awaiting_approval`},
+		{[]string{"records", "show"}, 2, "want one record key"},
+		{[]string{"audit", "verify", "--format", "xml"}, 2, `--format "xml": want text or json`},
+		{[]string{"audit", "purge", "--before", "90d", "--format", "xml"}, 2, `--format "xml": want text or json`},
+		{[]string{"audit", "verify", "--db", "foo"}, 2, `"foo" is not a DSN`},
+		{[]string{"help", "serve", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"-h", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--version", "extra"}, 2, `unexpected argument "extra"`},
 		// A manifest that is not there: its whole path named.
 		{[]string{"tools", "check", "--config", "/nonexistent/dir/airlock.yaml"}, 2, "no manifest at /nonexistent/dir/airlock.yaml"},
 		{[]string{"key", "--config", "/nonexistent/dir/airlock.yaml", "--tool", "add_note", "--args", "{}"}, 2, "no manifest at /nonexistent/dir/airlock.yaml"},
@@ -248,10 +263,13 @@ COMP_WORDS=(airlock plans ""); COMP_CWORD=2; _airlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(airlock plans approve --rea); COMP_CWORD=3; _airlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(airlock completion ""); COMP_CWORD=2; _airlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(airlock help pl); COMP_CWORD=2; _airlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(airlock audit verify --db x --expect-c); COMP_CWORD=5; _airlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(airlock plans show pl_1 --form); COMP_CWORD=4; _airlock; echo "${COMPREPLY[*]}"
 `
 	out, err := exec.Command("bash", "-c", script).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "list show approve reject") || !strings.Contains(string(out), "--reason") ||
-		!strings.Contains(string(out), "bash zsh fish") || !strings.Contains(string(out), "\nplans\n") {
+		!strings.Contains(string(out), "bash zsh fish") || !strings.Contains(string(out), "\nplans\n") ||
+		!strings.Contains(string(out), "\n--expect-count\n") || !strings.Contains(string(out), "\n--format\n") {
 		t.Fatalf("bash completion: %v\n%s", err, out)
 	}
 }

@@ -196,6 +196,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	if isHelp(args[0]) {
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "airlock: unexpected argument %q after %s\n\n", args[1], args[0])
+			usage(stderr)
+			return 2
+		}
 		usage(stdout)
 		return 0
 	}
@@ -203,7 +208,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return help(e, args[1:])
 	}
 	if args[0] == "--version" || args[0] == "-version" {
-		return cmdVersion(e, nil)
+		return cmdVersion(e, args[1:])
 	}
 	c, ok := findCommand(args[0])
 	if !ok {
@@ -260,10 +265,18 @@ func help(e *env, args []string) int {
 		usage(e.stdout)
 		return 0
 	}
+	if args[0] == "help" && len(args) == 1 {
+		fmt.Fprintln(e.stdout, "airlock help [COMMAND [SUBCOMMAND]]: a command's usage, flags and examples; airlock help alone lists the commands.")
+		return 0
+	}
 	c, ok := findCommand(args[0])
 	if !ok {
 		fmt.Fprintf(e.stderr, "airlock help: unknown command %q\n\n", args[0])
 		usage(e.stderr)
+		return 2
+	}
+	if len(args) > 2 || (len(c.subs) == 0 && len(args) > 1) {
+		fmt.Fprintf(e.stderr, "airlock help: unexpected argument %q\n", args[len(args)-1])
 		return 2
 	}
 	if len(c.subs) == 0 {

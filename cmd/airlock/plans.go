@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,7 +41,7 @@ func planFlags(fs *flag.FlagSet, acts bool) (db, url, token, by, config *string)
 	if acts {
 		by = fs.String("as", os.Getenv("USER"), "with --db: the name recorded on the decision or settlement (with database access you act as an admin)")
 	}
-	config = configFlag(fs)
+	config = fs.String("config", os.Getenv("AIRLOCK_CONFIG"), "the manifest (airlock.yaml); env AIRLOCK_CONFIG; with --db the one the database is served with (default: the bundled withdrawals example); with --url only plans show reads it, for the tool's money and note (none without it)")
 	return
 }
 
@@ -209,6 +210,9 @@ func cmdPlans(e *env, args []string) int {
 	if *format != "" && *format != "text" && *format != "json" {
 		return usageError(e, "plans "+sub, "--format %q: want text or json", *format)
 	}
+	if *status != "" && !slices.Contains(airlock.PlanStatuses, airlock.PlanStatus(*status)) {
+		return usageError(e, "plans list", "--status %q: want one of %s", *status, joinStatuses())
+	}
 	if sub == "list" && len(rest) > 0 {
 		return usageError(e, "plans list", "unexpected argument %q (filter with --status, --tool, --run)", rest[0])
 	}
@@ -294,3 +298,11 @@ const maxTableCell = 200
 // would shift the columns) as [U+XXXX], cut at maxTableCell bytes with its
 // length said.
 func tableCell(s string) string { return airlock.RevealShortened(s, maxTableCell) }
+
+func joinStatuses() string {
+	names := make([]string, len(airlock.PlanStatuses))
+	for i, st := range airlock.PlanStatuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
+}

@@ -40,6 +40,7 @@ func cmdRecords(e *env, args []string) int {
 		key = fs.Arg(0)
 	}
 	if key == "" || fs.NArg() > 1 || (fs.NArg() == 1 && key != fs.Arg(0)) {
+		fmt.Fprintf(e.stderr, "airlock records %s: want one record key\n\n", sub)
 		fs.Usage()
 		return 2
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/gateway"
 	"github.com/airlockhq/airlock/internal/app"
 	"github.com/airlockhq/airlock/manifest"
+	"github.com/airlockhq/airlock/store"
 	"github.com/airlockhq/airlock/tracing"
 )
 
@@ -108,6 +109,19 @@ func cmdServe(e *env, args []string) int {
 	}
 	if code, ok := checkDurations(e, fs); !ok {
 		return code
+	}
+	// Flags checked before anything is written (dev tokens, the example's
+	// payments database).
+	if _, err := store.Kind(*db); err != nil {
+		return usageError(e, "serve", "--db: %v", err)
+	}
+	if _, _, err := net.SplitHostPort(*listen); err != nil {
+		return usageError(e, "serve", "--listen %q: want HOST:PORT, such as 127.0.0.1:8420 (%v)", *listen, err)
+	}
+	switch *examplePayments {
+	case "auto", "on", "off":
+	default:
+		return usageError(e, "serve", "--example-payments %q: want auto, on or off", *examplePayments)
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	m, err := loadManifest(*config)
