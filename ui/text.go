@@ -74,7 +74,7 @@ func writeShownWithin(b *strings.Builder, s string, budget int, layout bool) (cu
 			template.HTMLEscape(b, []byte(s[start:i]))
 			return true
 		}
-		if airlock.Invisible(r) && !(layout && r == '\n') {
+		if airlock.Invisible(r) && (!layout || r != '\n') {
 			template.HTMLEscape(b, []byte(s[start:i]))
 			badge(b, r)
 			start = i + utf8.RuneLen(r)

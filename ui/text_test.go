@@ -222,8 +222,8 @@ func TestPlanPageShowsLabelledFieldsAndMoney(t *testing.T) {
 	}
 	_, pg, _ := p.get("/ui/plans/" + pl.ID)
 	noInvisible(t, "the plan's page", pg)
-	table := pg[strings.Index(pg, `id="args"`):]
-	table = table[:strings.Index(table, "</table>")]
+	_, table, _ := strings.Cut(pg, `id="args"`)
+	table, _, _ = strings.Cut(table, "</table>")
 	var rows []string
 	for _, m := range regexp.MustCompile(`<tr><th>(.*?)</th><td>(.*?)</td></tr>`).FindAllStringSubmatch(table, -1) {
 		rows = append(rows, m[1]+" = "+m[2])

@@ -120,8 +120,11 @@ func TestREADMETour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tour := string(readme)[strings.Index(string(readme), "0. **Run it.**"):]
-	tour = tour[:strings.Index(tour, "\n1. ")]
+	_, tour, found := strings.Cut(string(readme), "0. **Run it.**")
+	tour, _, found2 := strings.Cut(tour, "\n1. ")
+	if !found || !found2 {
+		t.Fatal("the README's tour has no item 0 followed by item 1")
+	}
 	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(tour, -1)
 	if len(blocks) != 2 || !strings.Contains(tour, "`go run ./cmd/airlock serve`") {
 		t.Fatalf("the tour's item 0 has %d shell blocks; want 2, after go run ./cmd/airlock serve", len(blocks))
