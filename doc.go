@@ -1,6 +1,8 @@
 // Package airlock makes an AI agent's side-effecting tool calls happen at
-// most once per unit of work (docs/concepts.md). It holds the domain and imports
-// only the standard library:
+// most once per unit of work (docs/concepts.md). It holds the domain and does no
+// I/O; besides the standard library it imports golang.org/x/text (Unicode
+// normalization and folding for keys, ISO 4217 minor units for money) and
+// go-json-experiment's jsontext (a JSON member named twice is refused):
 //
 //   - key derivation (DeriveKey): the key is never shown to the model; it
 //     comes from the tool, the natural-key fields of the arguments (with
