@@ -340,7 +340,7 @@ func (a *App) openStore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		pc := &postgres.Config{EnqueueCommit: ins.Commit}
+		pc := &postgres.Config{EnqueueCommit: ins.Commit, Logger: a.log}
 		if a.Manifest.Notify.Webhook != "" {
 			pc.EnqueueNotice = ins.Notice
 		}

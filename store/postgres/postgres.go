@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +45,9 @@ type Config struct {
 	// once, each on its own connection. Default 2: on a small machine fewer,
 	// fuller batches cost the database less CPU.
 	Writers int
+	// Logger says when the listener of completions (LISTEN) loses its
+	// connection and when it has it again. Default: discarded.
+	Logger *slog.Logger
 	// MaxBatch bounds the claims and completions sent in one statement.
 	// Default 128.
 	MaxBatch int
@@ -72,7 +77,10 @@ type Store struct {
 	listenMu sync.Mutex
 	listenOn bool
 	stop     context.CancelFunc
-	wg       sync.WaitGroup
+	// listenFailures counts the listener's lost connections; log says so.
+	listenFailures atomic.Int64
+	log            *slog.Logger
+	wg             sync.WaitGroup
 
 	batch     *groupcommit.Batcher[*op]
 	closeOnce sync.Once
@@ -110,7 +118,11 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, enqueue: cfg.EnqueueCommit, notice: cfg.EnqueueNotice, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit, txPooling: txPooling}
+	s := &Store{pool: pool, enqueue: cfg.EnqueueCommit, notice: cfg.EnqueueNotice, poll: cfg.PollInterval, subs: map[int]func(string){}, noAudit: cfg.NoAudit, txPooling: txPooling,
+		log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
 	switch {
 	case s.poll > 0:
 	case txPooling:
@@ -190,13 +202,19 @@ func (s *Store) startListener() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		backoff := 50 * time.Millisecond
+		const first = 50 * time.Millisecond
+		backoff := first
 		for ctx.Err() == nil {
-			err := s.listen(ctx)
+			listening, err := s.listen(ctx)
 			if ctx.Err() != nil {
 				return
 			}
-			_ = err // reconnect; waiters poll meanwhile
+			if listening {
+				backoff = first // it was up: the next loss starts the backoff anew
+			}
+			// Waiters poll meanwhile (PollInterval).
+			s.log.Warn("airlock: store listener lost its connection; reconnecting", "service", "listener", "err", err, "retry_in", backoff)
+			s.listenFailures.Add(1)
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
@@ -207,21 +225,27 @@ func (s *Store) startListener() {
 	}()
 }
 
-func (s *Store) listen(ctx context.Context) error {
+// ListenFailures is how many times the listener of completions lost its
+// connection (or could not make one), for tests and figures.
+func (s *Store) ListenFailures() int64 { return s.listenFailures.Load() }
+
+// listen runs LISTEN until its connection fails; listening reports
+// whether it got as far as listening.
+func (s *Store) listen(ctx context.Context) (listening bool, err error) {
 	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// A LISTEN connection must not go back to the pool.
 	conn := pooled.Hijack()
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-		return err
+		return false, err
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		s.publish(n.Payload)
 	}
