@@ -112,10 +112,15 @@ func (k *leaseKeeper) renew(due []*heldLease) {
 			ctx, cancel := context.WithTimeout(context.Background(), k.every)
 			err := k.g.store.Heartbeat(ctx, &airlock.HeartbeatParams{Key: h.key, Owner: h.owner, LeaseUntil: k.g.clock.Now().Add(k.g.lease)})
 			cancel()
-			if errors.Is(err, airlock.ErrLeaseLost) && k.release(h.owner) {
+			switch {
+			case errors.Is(err, airlock.ErrLeaseLost) && k.release(h.owner):
 				// Still held: the side effect runs on without its lease.
 				// (Not held: the call completed meanwhile, nothing lost.)
-				k.g.log.Warn("airlock: lease lost while the side effect runs", "key", h.key)
+				k.g.log.Warn("airlock: lease lost while the side effect runs", "service", "lease keeper", "key", h.key)
+			case err != nil && !errors.Is(err, airlock.ErrLeaseLost):
+				// The store did not take the renewal: the next round tries
+				// again, before the lease ends if the store comes back.
+				k.g.log.Warn("airlock: a lease was not renewed; the next round retries", "service", "lease keeper", "key", h.key, "err", err)
 			}
 		}()
 	}
