@@ -144,6 +144,7 @@ func cancelOverStdio(t *testing.T, rev string) {
 	t.Cleanup(func() {
 		cancel()
 		_ = inW.Close()
+		defer outW.Close() // ends the reader of the answers
 		select {
 		case err := <-done:
 			if err != nil {

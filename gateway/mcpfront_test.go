@@ -69,6 +69,7 @@ func frontGatewayWith(t testing.TB, yaml string, funcs map[string]upstream.Calle
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(g.CloseSessions)
 	return g
 }
 

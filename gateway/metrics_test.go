@@ -104,6 +104,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(gw.CloseSessions)
 	ctx := context.Background()
 	call := func(tool, record, run string) {
 		_, _ = gw.Call(ctx, &gateway.CallRequest{Tool: tool, Args: json.RawMessage(`{"record_id":"` + record + `"}`), RunID: run})

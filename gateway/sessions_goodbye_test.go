@@ -72,12 +72,18 @@ func holdingGateway(t *testing.T, perToken int) (url string, g *gateway.Gateway,
 }
 
 // connectNoGoodbye opens a session with the go-sdk client on a session
-// revision, through a transport that never says goodbye.
-func connectNoGoodbye(url string, dropped *atomic.Int64) (*mcp.ClientSession, error) {
-	return mcp.NewClient(&mcp.Implementation{Name: "no-goodbye", Version: "v1"}, nil).Connect(context.Background(),
+// revision, through a transport that never says goodbye. The client's side
+// is closed when the test ends (its DELETE dropped like the others): its
+// reader would outlive the test.
+func connectNoGoodbye(t *testing.T, url string, dropped *atomic.Int64) (*mcp.ClientSession, error) {
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "no-goodbye", Version: "v1"}, nil).Connect(context.Background(),
 		&mcp.StreamableClientTransport{Endpoint: url + "/mcp", MaxRetries: -1,
 			HTTPClient: &http.Client{Transport: noGoodbye{token: frontToken, dropped: dropped}}},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err == nil {
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	return s, err
 }
 
 // pingSession pings with a session's id, as its client would.
@@ -101,7 +107,7 @@ func TestMCPSessionsWithoutGoodbyeDoNotLockTheTokenOut(t *testing.T) {
 	ctx := context.Background()
 
 	// The first session has a request in flight throughout.
-	busy, err := connectNoGoodbye(url, &dropped)
+	busy, err := connectNoGoodbye(t, url, &dropped)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +120,7 @@ func TestMCPSessionsWithoutGoodbyeDoNotLockTheTokenOut(t *testing.T) {
 
 	ids := make([]string, 0, 200)
 	for i := range 200 {
-		s, err := connectNoGoodbye(url, &dropped)
+		s, err := connectNoGoodbye(t, url, &dropped)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i+1, err)
 		}
@@ -164,7 +170,7 @@ func TestMCPSessionsAllBusyRefuseTheNext(t *testing.T) {
 	done := make(chan error, 2)
 	var sessions []*mcp.ClientSession
 	for i := range 2 {
-		s, err := connectNoGoodbye(url, &dropped)
+		s, err := connectNoGoodbye(t, url, &dropped)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +201,7 @@ func TestMCPSessionsAllBusyRefuseTheNext(t *testing.T) {
 		t.Fatalf("the second session answers %d, want 200", got)
 	}
 	waitAnswered(t, g, "agent", 0)
-	s, err := connectNoGoodbye(url, &dropped)
+	s, err := connectNoGoodbye(t, url, &dropped)
 	if err != nil {
 		t.Fatalf("once the calls answered, a new session: %v", err)
 	}

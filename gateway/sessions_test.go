@@ -40,9 +40,13 @@ func TestMCPSessionsAreBoundCappedAndExpire(t *testing.T) {
 	t.Cleanup(g.CloseSessions)
 	ctx := context.Background()
 	connect := func(token string) (*mcp.ClientSession, error) {
-		return mcp.NewClient(&mcp.Implementation{Name: "t", Version: "v1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
+		s, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "v1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
 			Endpoint: srv.URL + "/mcp", MaxRetries: -1, DisableStandaloneSSE: true,
 			HTTPClient: &http.Client{Transport: bearerTransport(token)}}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err == nil {
+			t.Cleanup(func() { _ = s.Close() }) // its reader would outlive the test
+		}
+		return s, err
 	}
 	// ping with a session id and a token, as a client that found the id would.
 	ping := func(token, session string) (int, string) {
