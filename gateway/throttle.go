@@ -9,6 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/airlockhq/airlock/internal/clocks"
 )
 
 // Throttle makes guessing tokens slow: per client address, the first few
@@ -53,8 +57,8 @@ type ThrottleConfig struct {
 	// Forget is how long an address must go without a failure for its
 	// failures to be forgotten. Default 15 minutes.
 	Forget time.Duration
-	// Now tells the time. Default time.Now.
-	Now func() time.Time
+	// Clock tells the time. Default: the system clock.
+	Clock clockwork.Clock
 	// Failed and Refused, when set, count failed attempts and attempts
 	// refused while an address waits, by kind ("bearer", "signin").
 	Failed, Refused func(kind string)
@@ -65,7 +69,7 @@ func NewThrottle(cfg *ThrottleConfig) *Throttle {
 	if cfg == nil {
 		cfg = &ThrottleConfig{}
 	}
-	t := &Throttle{free: cfg.Free, forget: cfg.Forget, maxBackoff: cfg.MaxBackoff, now: cfg.Now, onFail: cfg.Failed, onRefuse: cfg.Refused, byAddr: map[string]*strikes{}}
+	t := &Throttle{free: cfg.Free, forget: cfg.Forget, maxBackoff: cfg.MaxBackoff, now: clocks.Or(cfg.Clock).Now, onFail: cfg.Failed, onRefuse: cfg.Refused, byAddr: map[string]*strikes{}}
 	if t.free <= 0 {
 		t.free = 5
 	}
@@ -74,9 +78,6 @@ func NewThrottle(cfg *ThrottleConfig) *Throttle {
 	}
 	if t.maxBackoff <= 0 {
 		t.maxBackoff = 5 * time.Minute
-	}
-	if t.now == nil {
-		t.now = time.Now
 	}
 	return t
 }

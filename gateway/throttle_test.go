@@ -10,20 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/airlockhq/airlock/gateway"
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // Wrong bearer tokens from one address: five are answered 401, then the
 // address waits 1 s, 2 s, 4 s … (429 with Retry-After, even for a right
@@ -33,10 +23,10 @@ func (c *fakeClock) advance(d time.Duration) {
 // guess and costs nothing.
 func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	clock := clockwork.NewFakeClockAt(time.Unix(1e9, 0))
 	var mu sync.Mutex
 	failed, refused := 0, 0
-	th := gateway.NewThrottle(&gateway.ThrottleConfig{Now: clock.Now,
+	th := gateway.NewThrottle(&gateway.ThrottleConfig{Clock: clock,
 		Failed:  func(string) { mu.Lock(); failed++; mu.Unlock() },
 		Refused: func(string) { mu.Lock(); refused++; mu.Unlock() }})
 	g := frontGatewayWith(t, testManifest, frontFuncs(), func(c *gateway.Config) { c.Throttle = th })
@@ -70,14 +60,14 @@ func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 	if code, retry := call(frontToken); code != http.StatusTooManyRequests || retry != "1" {
 		t.Fatalf("while the address waits: %d Retry-After %q, want 429 and 1", code, retry)
 	}
-	clock.advance(1100 * time.Millisecond)
+	clock.Advance(1100 * time.Millisecond)
 	if code, _ := call("guess"); code != http.StatusUnauthorized {
 		t.Fatalf("after the wait: %d", code)
 	}
 	if code, retry := call("guess"); code != http.StatusTooManyRequests || retry != "2" {
 		t.Fatalf("the next wait doubles: %d Retry-After %q", code, retry)
 	}
-	clock.advance(2100 * time.Millisecond)
+	clock.Advance(2100 * time.Millisecond)
 	if code, _ := call(frontToken); code != http.StatusOK {
 		t.Fatalf("the right token after the wait: %d", code)
 	}
@@ -88,7 +78,7 @@ func TestWrongTokensAreThrottledPerAddress(t *testing.T) {
 	if code, retry := call(frontToken); code != http.StatusTooManyRequests || retry != "4" {
 		t.Fatalf("after a success and one more guess: %d Retry-After %q, want 429 and 4", code, retry)
 	}
-	clock.advance(15*time.Minute + time.Second)
+	clock.Advance(15*time.Minute + time.Second)
 	for range 5 { // forgotten after a quiet quarter hour: five free failures again
 		if code, _ := call("guess"); code != http.StatusUnauthorized {
 			t.Fatalf("after a quiet quarter hour: %d", code)
@@ -140,9 +130,9 @@ func TestProxiesAreBelievedOnlyWhenTrusted(t *testing.T) {
 // guesses went through without a 429 when a success forgot the failures).
 func TestAnOwnTokenBetweenGuessesDoesNotResetThem(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	clock := clockwork.NewFakeClockAt(time.Unix(1e9, 0))
 	g := frontGatewayWith(t, testManifest, frontFuncs(), func(c *gateway.Config) {
-		c.Throttle = gateway.NewThrottle(&gateway.ThrottleConfig{Now: clock.Now})
+		c.Throttle = gateway.NewThrottle(&gateway.ThrottleConfig{Clock: clock})
 	})
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
@@ -164,7 +154,7 @@ func TestAnOwnTokenBetweenGuessesDoesNotResetThem(t *testing.T) {
 		if call("guess") == http.StatusUnauthorized {
 			answered++
 		}
-		clock.advance(100 * time.Millisecond)
+		clock.Advance(100 * time.Millisecond)
 	}
 	// Five free, the sixth closes the address for 1 s, the seventh (after
 	// it) for 2 s: the three seconds the guesses take allow no more.
@@ -176,8 +166,8 @@ func TestAnOwnTokenBetweenGuessesDoesNotResetThem(t *testing.T) {
 // An IPv6 host holds a /64: its addresses share one count of failures.
 func TestThrottleCountsAnIPv6SlashSixtyFourAsOneAddress(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1e9, 0)}
-	th := gateway.NewThrottle(&gateway.ThrottleConfig{Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(time.Unix(1e9, 0))
+	th := gateway.NewThrottle(&gateway.ThrottleConfig{Clock: clock})
 	for i := range 6 {
 		th.Fail(fmt.Sprintf("2001:db8:1:2::%x", i+1), "bearer")
 	}

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+	"github.com/jonboulle/clockwork"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlockhq/airlock"
@@ -64,8 +67,8 @@ type Config struct {
 	// now, however they came to be (an answer in doubt, or the reaper after
 	// a crash), from the store. Default: not reported.
 	InDoubt func(ctx context.Context) (map[string]int, error)
-	// Now tells the time for the oldest wait. Default time.Now.
-	Now func() time.Time
+	// Clock tells the time for the oldest wait. Default: the system clock.
+	Clock clockwork.Clock
 }
 
 // New registers the collectors on reg.
@@ -139,11 +142,8 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		waiting:    cfg.Waiting,
 		inDoubtNow: prometheus.NewDesc("airlock_records_in_doubt", "Records whose outcome is unknown now (read from the store: every replica reports the same).", []string{"tool"}, nil),
 		inDoubt:    cfg.InDoubt,
-		now:        cfg.Now,
+		now:        clocks.Or(cfg.Clock).Now,
 		runs:       map[string]int{},
-	}
-	if m.now == nil {
-		m.now = time.Now
 	}
 	for _, c := range []prometheus.Collector{m.ToolCalls, m.Repeats, m.BudgetRefusals, m.ToolDuration, m.ToolTimeouts, m.InDoubt, m.Plans, m.ApprovalWait,
 		m.sideEffectCalls, m.ToolTimeout, m.AuditEvents, m.AuditHeadSeq, m.AuthFailures, m.AuthRefused, m.AuditLostTotal, m.PlansExpired, m.PlansDecided, m.SettledTotal, m.Purged, queueCollector{m}} {

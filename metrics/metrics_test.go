@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -42,7 +44,7 @@ func TestOldestWaitFromTheStore(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	if _, err := metrics.New(reg, &metrics.Config{
 		Waiting: func(ctx context.Context) ([]airlock.WaitingPlans, error) { return plan.WaitingByTool(ctx, s, m) },
-		Now:     func() time.Time { return now },
+		Clock:   clockwork.NewFakeClockAt(now),
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+	"github.com/jonboulle/clockwork"
+
 	gooidc "github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 
@@ -36,8 +39,9 @@ type Config struct {
 	// HTTPClient fetches discovery documents and keys. Default: a client
 	// with a 10s timeout.
 	HTTPClient *http.Client
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock tells the time (expiry, not-before, when keys were fetched).
+	// Default: the system clock.
+	Clock clockwork.Clock
 }
 
 // Principal is who a verified token names.
@@ -97,9 +101,7 @@ func New(cfg Config) *Verifier {
 	if v.client == nil {
 		v.client = &http.Client{Timeout: 10 * time.Second}
 	}
-	if v.cfg.Now == nil {
-		v.cfg.Now = time.Now
-	}
+	v.cfg.Clock = clocks.Or(v.cfg.Clock)
 	for _, s := range cfg.Issuers {
 		v.issuers[s.Issuer] = &issuer{spec: s}
 	}
@@ -135,7 +137,7 @@ func (v *Verifier) keySet(ctx context.Context, is *issuer) (*keySet, error) {
 		}
 		url = meta.JWKS
 	}
-	is.keys = &keySet{url: url, client: v.client, now: v.cfg.Now}
+	is.keys = &keySet{url: url, client: v.client, now: v.cfg.Clock.Now}
 	return is.keys, nil
 }
 
@@ -153,7 +155,7 @@ type claims struct {
 // keys does not.
 func (v *Verifier) Verify(ctx context.Context, raw string) (Principal, error) {
 	sum := sha256.Sum256([]byte(raw))
-	now := v.cfg.Now()
+	now := v.cfg.Clock.Now()
 	v.mu.Lock()
 	c, ok := v.verified[sum]
 	v.mu.Unlock()

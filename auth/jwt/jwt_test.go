@@ -5,9 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	gojwt "github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
@@ -192,8 +193,8 @@ func BenchmarkVerifyFirst(b *testing.B) {
 func TestRememberedTokenStillExpires(t *testing.T) {
 	t.Parallel()
 	idp, _ := setup(t)
-	var offset atomic.Int64
-	v := jwt.New(jwt.Config{Resource: resource, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+	clock := clockwork.NewFakeClockAt(time.Now())
+	v := jwt.New(jwt.Config{Resource: resource, Clock: clock,
 		Issuers: []manifest.IssuerSpec{{Issuer: idp.Issuer(), Role: airlock.RoleAgent, ClockSkew: airlock.NewDuration(time.Second)}}})
 	tok, err := idp.Keypair.SignJWT(gojwt.MapClaims{"iss": idp.Issuer(), "sub": "svc", "aud": resource, "exp": time.Now().Add(time.Minute).Unix()})
 	if err != nil {
@@ -205,7 +206,7 @@ func TestRememberedTokenStillExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	offset.Store(int64(2 * time.Minute))
+	clock.Advance(2 * time.Minute)
 	if _, err := v.Verify(ctx, tok); !errors.Is(err, jwt.ErrRefused) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("an expired token that was verified before: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	gojwt "github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
 
@@ -50,14 +52,12 @@ func TestUnknownKeyIDsRefetchAtMostOncePerInterval(t *testing.T) {
 		_, _ = w.Write(b)
 	}))
 	defer srv.Close()
-	var now atomic.Int64
-	now.Store(time.Now().UnixNano())
-	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	clock := clockwork.NewFakeClockAt(time.Now())
 	const iss = "https://issuer.example.com"
-	v := jwt.New(jwt.Config{Resource: resource, Now: clock, Issuers: []manifest.IssuerSpec{{Issuer: iss, JWKSURL: srv.URL, Role: airlock.RoleAgent}}})
+	v := jwt.New(jwt.Config{Resource: resource, Clock: clock, Issuers: []manifest.IssuerSpec{{Issuer: iss, JWKSURL: srv.URL, Role: airlock.RoleAgent}}})
 	sign := func(kp *mockoidc.Keypair, kid string) string {
 		tok := gojwt.NewWithClaims(gojwt.SigningMethodRS256, gojwt.MapClaims{"iss": iss, "sub": "svc", "aud": resource,
-			"exp": clock().Add(time.Hour).Unix(), "n": fmt.Sprint(now.Load())})
+			"exp": clock.Now().Add(time.Hour).Unix(), "n": fmt.Sprint(clock.Now().UnixNano())})
 		tok.Header["kid"] = kid
 		s, err := tok.SignedString(kp.PrivateKey)
 		if err != nil {
@@ -70,7 +70,7 @@ func TestUnknownKeyIDsRefetchAtMostOncePerInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 60 {
-		now.Add(int64(100 * time.Millisecond))
+		clock.Advance(100 * time.Millisecond)
 		if _, err := v.Verify(ctx, sign(first, fmt.Sprintf("made-up-%d", i))); !errors.Is(err, jwt.ErrRefused) {
 			t.Fatalf("made-up kid %d: %v, want refused", i, err)
 		}
@@ -88,7 +88,7 @@ func TestUnknownKeyIDsRefetchAtMostOncePerInterval(t *testing.T) {
 	if _, err := v.Verify(ctx, sign(second, "k2")); !errors.Is(err, jwt.ErrRefused) {
 		t.Fatalf("k2 within the interval: %v, want refused (not fetched yet)", err)
 	}
-	now.Add(int64(jwt.RefetchEvery))
+	clock.Advance(jwt.RefetchEvery)
 	if p, err := v.Verify(ctx, sign(second, "k2")); err != nil || p.Name != airlock.JWTPrincipal("https://issuer.example.com", "svc") {
 		t.Fatalf("k2 after the interval: %+v %v", p, err)
 	}

@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 	var err error
 	if a.Metrics, err = metrics.New(a.Registry, &metrics.Config{Waiting: func(ctx context.Context) ([]airlock.WaitingPlans, error) {
 		return plan.WaitingByTool(ctx, a.Store, m)
-	}, InDoubt: a.Store.InDoubtByTool}); err != nil {
+	}, InDoubt: a.Store.InDoubtByTool, Clock: cfg.Clock}); err != nil {
 		return nil, err
 	}
 	a.Metrics.SetTimeouts(&m.Catalog)
@@ -238,21 +238,17 @@ func New(ctx context.Context, cfg *Config) (*App, error) {
 		return nil, err
 	}
 	tokens := cfg.Tokens
-	var now func() time.Time // the throttle's default: the system clock
-	if cfg.Clock != nil {
-		now = cfg.Clock.Now
-	}
 	// One throttle for bearer tokens and the page's sign-in: guessing
 	// either costs the same address.
 	throttle := gateway.NewThrottle(&gateway.ThrottleConfig{
 		Failed:  func(kind string) { a.Metrics.AuthFailures.WithLabelValues(kind).Inc() },
 		Refused: func(kind string) { a.Metrics.AuthRefused.WithLabelValues(kind).Inc() },
-		Now:     now,
+		Clock:   cfg.Clock,
 	})
 	proxies := gateway.Proxies(m.Auth.TrustedPrefixes())
 	var issued *jwt.Verifier
 	if len(m.Auth.Issuers) > 0 {
-		issued = jwt.New(jwt.Config{Resource: m.Auth.Resource, Issuers: m.Auth.Issuers})
+		issued = jwt.New(jwt.Config{Resource: m.Auth.Resource, Issuers: m.Auth.Issuers, Clock: cfg.Clock})
 	}
 	var sso ui.SSO
 	if o := m.Auth.OIDC; o != nil {
