@@ -155,10 +155,12 @@ type RecordStore interface {
 // The record statements' parameters are named fields, so that a key and an
 // owner (or two instants) cannot be passed in each other's place.
 type (
-	// ReleaseParams name a running record and the owner it must have.
+	// ReleaseParams name a running record and the owner it must have; At
+	// is the time of its audit event, from the caller's clock.
 	ReleaseParams struct {
 		Key   string
 		Owner string
+		At    time.Time
 	}
 	// HeartbeatParams extend the lease of Key, held by Owner, to LeaseUntil.
 	// As a completion, it holds until the record is reaped or taken, not

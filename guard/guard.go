@@ -536,7 +536,7 @@ func (g *Guard) record(ctx context.Context, tool *airlock.Tool, rec *airlock.Rec
 	switch out.Kind {
 	case airlock.OutcomeNotSent:
 		if err := g.retryStore(ctx, func(ctx context.Context) error {
-			return g.store.Release(ctx, &airlock.ReleaseParams{Key: rec.Key, Owner: rec.Owner})
+			return g.store.Release(ctx, &airlock.ReleaseParams{Key: rec.Key, Owner: rec.Owner, At: g.clock.Now()})
 		}); err != nil {
 			g.log.Error("airlock: releasing a claim whose request was never sent", "key", rec.Key, "err", err)
 		}

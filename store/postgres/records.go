@@ -155,8 +155,8 @@ func (s *Store) Release(ctx context.Context, p *airlock.ReleaseParams) error {
 	return s.changeAndNotify(ctx, `WITH d AS (
 			DELETE FROM airlock_records WHERE key = $1 AND owner = $2 AND state = 'running' RETURNING key, tool, run_id),
 		a AS (INSERT INTO airlock_audit (at, kind, run_id, key, tool, error, actor)
-			SELECT now(), 'released', run_id, key, tool, 'the request was never sent; the key is free', 'system' FROM d)
-		SELECT pg_notify('`+channel+`', key) FROM d`, key, owner)
+			SELECT $3, 'released', run_id, key, tool, 'the request was never sent; the key is free', 'system' FROM d)
+		SELECT pg_notify('`+channel+`', key) FROM d`, key, owner, p.At)
 }
 
 // changeAndNotify runs a statement that returns one row per changed record;

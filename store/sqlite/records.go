@@ -172,7 +172,7 @@ func (s *Store) Release(ctx context.Context, p *airlock.ReleaseParams) error {
 		if err != nil {
 			return err
 		}
-		return appendAudit(ctx, tx, &airlock.AuditEvent{At: time.Now(), Kind: airlock.EventReleased, RunID: run, Key: key, Tool: tool,
+		return appendAudit(ctx, tx, &airlock.AuditEvent{At: p.At, Kind: airlock.EventReleased, RunID: run, Key: key, Tool: tool,
 			Error: "the request was never sent; the key is free", Actor: airlock.ActorSystem})
 	})
 	if err == nil && lost {

@@ -218,11 +218,28 @@ func runStore(t *testing.T, newStore NewStore) {
 		if err := s.Release(ctx, &airlock.ReleaseParams{Key: key, Owner: "o2"}); !errors.Is(err, airlock.ErrLeaseLost) {
 			t.Fatalf("release by another owner: %v", err)
 		}
-		must(t, s.Release(ctx, &airlock.ReleaseParams{Key: key, Owner: "o1"}))
+		at := now.Add(7 * time.Second)
+		must(t, s.Release(ctx, &airlock.ReleaseParams{Key: key, Owner: "o1", At: at}))
 		_, claimed, err := s.Claim(ctx, claimOf(key, "o3", now, time.Minute))
 		must(t, err)
 		if !claimed {
 			t.Fatal("key not free after release")
+		}
+		// Its audit event is at the caller's time, on both drivers (the
+		// database's clock, or the process's, is not the guard's).
+		events, err := s.AuditSince(ctx, now.Add(-time.Second), 1000)
+		must(t, err)
+		found := false
+		for _, e := range events {
+			if e.Key == key && e.Kind == airlock.EventReleased {
+				found = true
+				if !e.At.Equal(at) {
+					t.Fatalf("the release's event is at %v, want the caller's %v", e.At, at)
+				}
+			}
+		}
+		if !found {
+			t.Fatal("no released event")
 		}
 	})
 
