@@ -182,6 +182,10 @@ func (g *Guard) Close() {
 	g.events.close()
 }
 
+// Now is the time on the guard's clock (Config.Clock), for what keeps
+// time beside it (the Idempotency-Key middleware's retention).
+func (g *Guard) Now() time.Time { return g.clock.Now() }
+
 // Wait waits for the side effects this guard started to finish.
 func (g *Guard) Wait() { g.inflight.Wait() }
 

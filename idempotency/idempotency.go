@@ -106,7 +106,7 @@ func Middleware(guard *guard.Guard, cfg *Config, next http.Handler) http.Handler
 		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\x00" + key))
 		kc := &airlock.KeyedCall{
 			Tool: tool, Key: "idem:" + hex.EncodeToString(sum[:16]), Args: args,
-			ExpiresAt: time.Now().Add(retention),
+			ExpiresAt: guard.Now().Add(retention), // the guard's clock, as its keys' windows
 		}
 		ans, err := guard.DoKeyed(r.Context(), kc, func(ctx context.Context, _ string) airlock.Outcome {
 			rec := &recorder{header: http.Header{}, status: http.StatusOK}

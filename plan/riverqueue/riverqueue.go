@@ -100,7 +100,7 @@ func (w *noticeWorker) NextRetry(job *river.Job[NoticeArgs]) time.Time {
 	if v, ok := w.asked.LoadAndDelete(job.ID); ok {
 		wait = max(wait, min(v.(time.Duration), time.Hour))
 	}
-	return time.Now().Add(wait)
+	return time.Now().Add(wait) // River schedules on the wall clock, not the app's
 }
 
 // Timeout bounds one delivery (the request itself has 10s).
