@@ -330,18 +330,33 @@ const (
 	progressGrace = 250 * time.Millisecond
 )
 
-func (r *progressRelay) drain() { drainQuiet(&r.last) }
+func (r *progressRelay) drain(ctx context.Context) { drainQuiet(ctx, &r.last) }
 
 // drainQuiet waits until last (Unix ns) is progressQuiet behind, at most
-// progressGrace.
-func drainQuiet(last *atomic.Int64) {
+// progressGrace, or until ctx ends (the caller is gone: there is no one to
+// hear the rest). It sleeps until the quiet would be reached, not in a
+// spin, and looks again only if a notification came meanwhile. (Wall
+// time: it measures the SDK's queue, not airlock's clock.)
+func drainQuiet(ctx context.Context, last *atomic.Int64) {
 	start := time.Now()
+	deadline := start.Add(progressGrace)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
 	for {
-		time.Sleep(time.Millisecond)
-		now := time.Now()
-		quietSince := max(start.UnixNano(), last.Load())
-		if now.Sub(time.Unix(0, quietSince)) >= progressQuiet || now.Sub(start) >= progressGrace {
+		quietAt := time.Unix(0, max(start.UnixNano(), last.Load())).Add(progressQuiet)
+		if !quietAt.Before(deadline) {
+			quietAt = deadline
+		}
+		wait := time.Until(quietAt)
+		if wait <= 0 {
 			return
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
 		}
 	}
 }
@@ -441,7 +456,7 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 				// that the agent hears them on the call's stream, before
 				// the answer (a message relayed after it goes to the
 				// session's own stream, which a client need not open).
-				defer drainQuiet(&a.last)
+				defer drainQuiet(ctx, &a.last)
 			}
 		}
 	}
@@ -466,7 +481,7 @@ func (c *Client) Call(ctx context.Context, req *upstream.Request) airlock.Outcom
 		relay := &progressRelay{send: req.Progress}
 		c.progress.Store(tok, relay)
 		defer c.progress.Delete(tok)
-		defer relay.drain() // runs before the Delete
+		defer relay.drain(ctx) // runs before the Delete
 		params.SetProgressToken(tok)
 	}
 	if req.Key != "" {
