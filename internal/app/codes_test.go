@@ -3,8 +3,6 @@ package app_test
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -35,8 +33,7 @@ func TestMCPErrorsHaveJSONRPCCodes(t *testing.T) {
 	s.AddResource(&mcp.Resource{URI: "file:///broken.txt", Name: "broken"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return nil, errors.New("the disk is on fire")
 	})
-	docs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	t.Cleanup(docs.Close)
+	docs := upstreamServer(t, s, nil)
 	url := startApp(t, codesManifest, "DOCS", docs.URL)
 	ctx := context.Background()
 	for _, version := range []string{"", "2025-11-25"} {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,8 +63,7 @@ func tasksFixture(t *testing.T) string {
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return nil, fmt.Errorf("the job broke")
 		})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
-	t.Cleanup(srv.Close)
+	srv := upstreamServer(t, s, &mcp.StreamableHTTPOptions{Stateless: true})
 	return srv.URL
 }
 

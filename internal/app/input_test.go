@@ -3,8 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -51,8 +49,7 @@ func askServer(t *testing.T, asked *atomic.Int64) string {
 	// 2026-07-28 (server/discover), where input requests travel in results;
 	// a stateful SDK server settles on 2025-11-25 and asks the client
 	// directly, which airlock does not relay (docs/gateway.md).
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}))
-	t.Cleanup(srv.Close)
+	srv := upstreamServer(t, s, &mcp.StreamableHTTPOptions{Stateless: true})
 	return srv.URL
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -102,8 +101,7 @@ func TestMCPModernResultsWhateverTheUpstream(t *testing.T) {
 		t.Run(fmt.Sprintf("StatelessUpstream=%v", stateless), func(t *testing.T) {
 			t.Parallel()
 			s := contentMCPServer("docs-server", "file:///readme.txt")
-			up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: stateless}))
-			t.Cleanup(up.Close)
+			up := upstreamServer(t, s, &mcp.StreamableHTTPOptions{Stateless: stateless})
 			url := startApp(t, modernManifest, "DOCS", up.URL)
 			for _, tc := range []struct {
 				method, name string

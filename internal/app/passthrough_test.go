@@ -112,8 +112,7 @@ func setupPassthrough(t *testing.T, version string) *passBundle {
 		notifyProgress(ctx, req, 3)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
 	})
-	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return media }, nil))
-	t.Cleanup(up.Close)
+	up := upstreamServer(t, media, nil)
 	url := startApp(t, passManifest, "MEDIA", up.URL)
 	b.session = connectAgent(t, url, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
@@ -310,4 +309,19 @@ func testMCPUpstreamProgressIsRelayed(t *testing.T, b *passBundle) {
 			t.Errorf("heard %d notifications without asking", after-before)
 		}
 	})
+}
+
+// upstreamServer serves an MCP server as an upstream over streamable HTTP
+// until the test ends, and then closes the sessions airlock left open (a
+// client that did not say goodbye leaves its server session reading).
+func upstreamServer(t *testing.T, s *mcp.Server, opts *mcp.StreamableHTTPOptions) *httptest.Server {
+	t.Helper()
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts))
+	t.Cleanup(func() {
+		up.Close()
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
+	})
+	return up
 }

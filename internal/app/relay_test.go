@@ -3,8 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -81,8 +79,7 @@ func TestMCPUpstreamRelaysLogsSamplingAndElicitationToItsAgent(t *testing.T) {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("account=%v summary=%v", er.Content["account"], cr.Content.(*mcp.TextContent).Text)}}}, nil
 	})
-	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return desk }, nil))
-	t.Cleanup(up.Close)
+	up := upstreamServer(t, desk, nil)
 	url := startApp(t, relayManifest, "DESK", up.URL)
 	ctx := context.Background()
 

@@ -39,8 +39,7 @@ auth:
 func contentServer(t *testing.T, name, uri string) string {
 	t.Helper()
 	s := contentMCPServer(name, uri)
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	t.Cleanup(srv.Close)
+	srv := upstreamServer(t, s, nil)
 	return srv.URL
 }
 
@@ -331,8 +330,7 @@ func newWatchServer(t *testing.T) *watchServer {
 	w.server.AddPrompt(&mcp.Prompt{Name: "trip", Arguments: []*mcp.PromptArgument{{Name: "city"}}}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "plan"}}}}, nil
 	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return w.server }, nil))
-	t.Cleanup(srv.Close)
+	srv := upstreamServer(t, w.server, nil)
 	w.url = srv.URL
 	return w
 }

@@ -126,8 +126,7 @@ func setupTracing(t *testing.T) *traceBundle {
 		seen.put(in.RecordID, tp, key)
 		return nil, map[string]any{"written": true}, nil
 	})
-	notesSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return notes }, nil))
-	t.Cleanup(notesSrv.Close)
+	notesSrv := upstreamServer(t, notes, nil)
 
 	hash, approver := gateway.HashToken(agentToken), gateway.HashToken(approverToken)
 	yaml := strings.NewReplacer("LEDGER", ledger.URL, "NOTES", notesSrv.URL, "HASH", fmt.Sprintf("%x", hash[:]),
