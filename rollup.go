@@ -76,11 +76,24 @@ type Figures struct {
 
 // FigureStore reads the rollup; drivers fill it as they seal.
 type FigureStore interface {
-	// Figures sums the rollup over the whole minutes in [since, until).
-	Figures(ctx context.Context, since, until time.Time) (*Figures, error)
-	// PurgeFigures deletes up to limit rollup rows (and runs' call counts)
-	// of minutes before before's, oldest first, and returns how many.
-	PurgeFigures(ctx context.Context, before time.Time, limit int) (int, error)
+	// Figures sums the rollup over the whole minutes in [Since, Until).
+	Figures(ctx context.Context, p *FiguresParams) (*Figures, error)
+	// PurgeFigures deletes up to Limit rollup rows (and runs' call counts)
+	// of minutes before Before's, oldest first, and returns how many.
+	PurgeFigures(ctx context.Context, p *PurgeFiguresParams) (int, error)
+}
+
+// FiguresParams are the period Figures sums: named, so that its two
+// instants cannot be passed in each other's place.
+type FiguresParams struct {
+	Since, Until time.Time
+}
+
+// PurgeFiguresParams are what PurgeFigures deletes: rollup rows of minutes
+// before Before, at most Limit of them.
+type PurgeFiguresParams struct {
+	Before time.Time
+	Limit  int
 }
 
 // RollupMinute is the rollup minute of t.

@@ -466,7 +466,7 @@ func RetentionPass(ctx context.Context, s RetentionStore, now time.Time, cfg Ret
 	}
 	if cfg.Figures > 0 {
 		for {
-			n, err := s.PurgeFigures(ctx, now.Add(-cfg.Figures), cfg.Batch)
+			n, err := s.PurgeFigures(ctx, &airlock.PurgeFiguresParams{Before: now.Add(-cfg.Figures), Limit: cfg.Batch})
 			figureRows += n
 			if err != nil || n < cfg.Batch {
 				return events, figureRows, err

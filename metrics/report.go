@@ -75,7 +75,7 @@ type Warning struct {
 // Source is what the report reads: the rollup the sealer keeps, and the
 // plans waiting now.
 type Source interface {
-	Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error)
+	Figures(ctx context.Context, p *airlock.FiguresParams) (*airlock.Figures, error)
 	WaitingPlans(ctx context.Context) ([]airlock.WaitingPlans, error)
 	InDoubtByTool(ctx context.Context) (map[string]int, error)
 	// SealAudit seals pending events (and adds them to the rollup).
@@ -111,11 +111,11 @@ func Compute(ctx context.Context, src Source, m *airlock.Catalog, period time.Du
 	since := now.Add(-period)
 	// The minute now is in counts (it holds the latest events).
 	until := now.Add(time.Minute)
-	cur, err := src.Figures(ctx, since, until)
+	cur, err := src.Figures(ctx, &airlock.FiguresParams{Since: since, Until: until})
 	if err != nil {
 		return nil, err
 	}
-	prev, err := src.Figures(ctx, since.Add(-period), since)
+	prev, err := src.Figures(ctx, &airlock.FiguresParams{Since: since.Add(-period), Until: since})
 	if err != nil {
 		return nil, err
 	}

@@ -1010,7 +1010,7 @@ func (u *UI) watch(w http.ResponseWriter, r *http.Request) {
 	now := u.cfg.Clock.Now()
 	for d := range 7 {
 		until := now.Add(time.Minute - time.Duration(6-d)*24*time.Hour)
-		f, err := u.cfg.Store.Figures(r.Context(), until.Add(-24*time.Hour), until)
+		f, err := u.cfg.Store.Figures(r.Context(), &airlock.FiguresParams{Since: until.Add(-24 * time.Hour), Until: until})
 		if err != nil {
 			u.fail(w, r, err)
 			return

@@ -327,7 +327,7 @@ func TestRetentionPurgesOldEventsAndFigures(t *testing.T) {
 				return err == nil && a.Purged == 2
 			})
 			waitFor(t, "the purge of figures older than two days", func() bool {
-				f, err := b.app.Store.Figures(ctx, now.Add(-100*time.Hour), now.Add(time.Minute))
+				f, err := b.app.Store.Figures(ctx, &airlock.FiguresParams{Since: now.Add(-100 * time.Hour), Until: now.Add(time.Minute)})
 				return err == nil && f.ByTool["add_note"][airlock.FigureSucceeded] == 2
 			})
 			r, err := audit.Verify(ctx, b.app.Store)

@@ -509,7 +509,7 @@ func soakPages(ctx context.Context, s airlock.Store, cfg SoakConfig, units int, 
 			return err
 		}},
 		{"watch_figures_day", func() error {
-			_, err := s.Figures(ctx, now.Add(-24*time.Hour), now)
+			_, err := s.Figures(ctx, &airlock.FiguresParams{Since: now.Add(-24 * time.Hour), Until: now})
 			return err
 		}},
 	}

@@ -283,7 +283,8 @@ func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, 
 
 // PurgeFigures implements airlock.FigureStore: minute rows before
 // before's minute, hour rows of hours that ended by then.
-func (s *Store) PurgeFigures(ctx context.Context, before time.Time, limit int) (int, error) {
+func (s *Store) PurgeFigures(ctx context.Context, p *airlock.PurgeFiguresParams) (int, error) {
+	before, limit := p.Before, p.Limit
 	minute := airlock.RollupMinute(before)
 	hour := airlock.RollupHour(minute)
 	n := 0
@@ -422,7 +423,8 @@ func addRollup(ctx context.Context, tx pgx.Tx, sealed []*airlock.AuditEvent) err
 
 // Figures implements airlock.FigureStore: whole hours from the hour
 // tables, the minutes at the period's edges from the minute tables.
-func (s *Store) Figures(ctx context.Context, since, until time.Time) (*airlock.Figures, error) {
+func (s *Store) Figures(ctx context.Context, p *airlock.FiguresParams) (*airlock.Figures, error) {
+	since, until := p.Since, p.Until
 	sp := airlock.SpansOf(since, until)
 	spans := []any{sp.Hours[0], sp.Hours[1], sp.Minutes[0][0], sp.Minutes[0][1], sp.Minutes[1][0], sp.Minutes[1][1]}
 	f := &airlock.Figures{ByTool: map[string]map[string]int64{}, RunsByCalls: map[string]map[int64]int64{}}

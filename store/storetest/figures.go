@@ -38,7 +38,7 @@ func RunFigures(t *testing.T, newStore NewStore) {
 				}
 			}
 		}
-		got, err := s.Figures(ctx, now.Add(-24*time.Hour), now.Add(time.Minute))
+		got, err := s.Figures(ctx, &airlock.FiguresParams{Since: now.Add(-24 * time.Hour), Until: now.Add(time.Minute)})
 		must(t, err)
 		for tool, figures := range want.byTool {
 			for figure, n := range figures {
@@ -58,7 +58,7 @@ func RunFigures(t *testing.T, newStore NewStore) {
 			}
 		}
 		// A period that ends before the events holds none of them.
-		empty, err := s.Figures(ctx, now.Add(-72*time.Hour), now.Add(-48*time.Hour))
+		empty, err := s.Figures(ctx, &airlock.FiguresParams{Since: now.Add(-72 * time.Hour), Until: now.Add(-48 * time.Hour)})
 		must(t, err)
 		if len(empty.ByTool) != 0 || len(empty.RunsByCalls) != 0 {
 			t.Errorf("an empty period: %+v", empty)
@@ -113,7 +113,7 @@ func RunFigures(t *testing.T, newStore NewStore) {
 				}
 				wantRuns[r.Tool][r.Calls]++
 			}
-			got, err := s.Figures(ctx, p.since, p.until)
+			got, err := s.Figures(ctx, &airlock.FiguresParams{Since: p.since, Until: p.until})
 			must(t, err)
 			if fmt.Sprint(got.ByTool) != fmt.Sprint(want) {
 				t.Errorf("%s: figures\n%v\nwant\n%v", p.name, got.ByTool, want)

@@ -202,7 +202,7 @@ func RunRetention(t *testing.T, newStore NewStore, exec Exec) {
 		s := newStore(t)
 		fill(t, s, day0, 48)
 		calls := func(since, until time.Time) int64 {
-			f, err := s.Figures(ctx, since, until)
+			f, err := s.Figures(ctx, &airlock.FiguresParams{Since: since, Until: until})
 			must(t, err)
 			return f.ByTool["approve_withdrawal"][airlock.FigureSucceeded]
 		}
@@ -211,7 +211,7 @@ func RunRetention(t *testing.T, newStore NewStore, exec Exec) {
 		}
 		total := 0
 		for {
-			n, err := s.PurgeFigures(ctx, day0.AddDate(0, 0, 1), 7)
+			n, err := s.PurgeFigures(ctx, &airlock.PurgeFiguresParams{Before: day0.AddDate(0, 0, 1), Limit: 7})
 			must(t, err)
 			if n > 7 {
 				t.Fatalf("a batch of 7 deleted %d rows", n)
