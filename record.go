@@ -116,8 +116,9 @@ type RecordStore interface {
 	Heartbeat(ctx context.Context, p *HeartbeatParams) error
 	// Get returns the record, or ErrNotFound.
 	Get(ctx context.Context, key string) (*Record, error)
-	// ExpiredLeases lists running records whose lease ended before now.
-	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*Record, error)
+	// ExpiredLeases lists up to p.Limit running records whose lease ended
+	// before p.Now.
+	ExpiredLeases(ctx context.Context, p *ExpiredLeasesParams) ([]*Record, error)
 	// ExpireLease moves a running record whose lease ended before now to
 	// in_doubt; false when it is no longer such a record.
 	ExpireLease(ctx context.Context, p *ExpireLeaseParams) (bool, error)
@@ -136,8 +137,9 @@ type RecordStore interface {
 	// CountRunCalls counts the records of a tool in a run (for
 	// max_calls_per_run).
 	CountRunCalls(ctx context.Context, p *CountRunCallsParams) (int, error)
-	// Purge removes up to limit final records whose ExpiresAt is before now.
-	Purge(ctx context.Context, now time.Time, limit int) (int, error)
+	// Purge removes up to p.Limit final records whose ExpiresAt is before
+	// p.Now.
+	Purge(ctx context.Context, p *PurgeParams) (int, error)
 	// Subscribe calls fn with the key of each record that leaves running,
 	// as soon as the driver learns of it (in this process, and from other
 	// processes where the database can tell). It returns the cancel func.
@@ -155,6 +157,18 @@ type RecordStore interface {
 // The record statements' parameters are named fields, so that a key and an
 // owner (or two instants) cannot be passed in each other's place.
 type (
+	// ExpiredLeasesParams name the running records whose lease ended before Now,
+	// at most Limit.
+	ExpiredLeasesParams struct {
+		Now   time.Time
+		Limit int
+	}
+	// PurgeParams name the final records whose ExpiresAt is before Now, at most
+	// Limit.
+	PurgeParams struct {
+		Now   time.Time
+		Limit int
+	}
 	// ReleaseParams name a running record and the owner it must have; At
 	// is the time of its audit event, from the caller's clock.
 	ReleaseParams struct {

@@ -113,7 +113,7 @@ type ReapStats struct {
 func (r *Reaper) Reap(ctx context.Context) (ReapStats, error) {
 	var st ReapStats
 	now := r.g.clock.Now()
-	recs, err := r.g.store.ExpiredLeases(ctx, now, 100)
+	recs, err := r.g.store.ExpiredLeases(ctx, &airlock.ExpiredLeasesParams{Now: now, Limit: 100})
 	if err != nil {
 		return st, err
 	}
@@ -149,7 +149,7 @@ func (r *Reaper) Reap(ctx context.Context) (ReapStats, error) {
 		}
 	}
 	for {
-		n, err := r.g.store.Purge(ctx, now, 1000)
+		n, err := r.g.store.Purge(ctx, &airlock.PurgeParams{Now: now, Limit: 1000})
 		st.Purged += n
 		if err != nil || n < 1000 {
 			return st, err

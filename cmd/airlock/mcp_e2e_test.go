@@ -112,7 +112,7 @@ func TestE2EMCPAloneRunsTheBackgroundLoops(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			running, err := st.ExpiredLeases(ctx, time.Now().Add(time.Hour), 10) // every running record
+			running, err := st.ExpiredLeases(ctx, &airlock.ExpiredLeasesParams{Now: time.Now().Add(time.Hour), Limit: 10}) // every running record
 			if err != nil || len(running) != 1 {
 				t.Fatalf("after the kill: %d running records, want 1 (%v)", len(running), err)
 			}

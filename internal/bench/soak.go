@@ -262,7 +262,7 @@ func Soak(ctx context.Context, s airlock.Store, cfg SoakConfig) (*SoakResult, er
 	// are past their retention (ExpiresAt a day after the call).
 	t = time.Now()
 	for {
-		n, err := s.Purge(ctx, now, 1000)
+		n, err := s.Purge(ctx, &airlock.PurgeParams{Now: now, Limit: 1000})
 		res.PurgeRecords.Rows += n
 		if err != nil {
 			return nil, err

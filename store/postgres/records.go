@@ -199,7 +199,8 @@ func (s *Store) Get(ctx context.Context, key string) (*airlock.Record, error) {
 }
 
 // ExpiredLeases implements airlock.Store.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*airlock.Record, error) {
+func (s *Store) ExpiredLeases(ctx context.Context, p *airlock.ExpiredLeasesParams) ([]*airlock.Record, error) {
+	now, limit := p.Now, p.Limit
 	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM airlock_records
 		WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until LIMIT $2`, now, limit)
 	if err != nil {
@@ -298,7 +299,8 @@ func (r *recordRows) NotifyRecord(ctx context.Context, key string) error {
 }
 
 // Purge implements airlock.Store.
-func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) Purge(ctx context.Context, p *airlock.PurgeParams) (int, error) {
+	now, limit := p.Now, p.Limit
 	tag, err := s.pool.Exec(ctx, `DELETE FROM airlock_records WHERE key IN (
 		SELECT key FROM airlock_records WHERE state IN ('succeeded', 'failed') AND expires_at < $1 LIMIT $2)`, now, limit)
 	if err != nil {

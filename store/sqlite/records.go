@@ -205,7 +205,8 @@ func (s *Store) Get(ctx context.Context, key string) (*airlock.Record, error) {
 }
 
 // ExpiredLeases implements airlock.Store.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*airlock.Record, error) {
+func (s *Store) ExpiredLeases(ctx context.Context, p *airlock.ExpiredLeasesParams) ([]*airlock.Record, error) {
+	now, limit := p.Now, p.Limit
 	rows, err := s.read.QueryContext(ctx, `SELECT `+recordColumns+` FROM airlock_records
 		WHERE state = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?`, micros(now), limit)
 	if err != nil {
@@ -304,7 +305,8 @@ func (r *recordRows) AppendAudit(ctx context.Context, events ...*airlock.AuditEv
 func (r *recordRows) NotifyRecord(context.Context, string) error { return nil }
 
 // Purge implements airlock.Store.
-func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) Purge(ctx context.Context, p *airlock.PurgeParams) (int, error) {
+	now, limit := p.Now, p.Limit
 	var n int
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_records WHERE key IN (

@@ -32,7 +32,7 @@ func runLeases(t *testing.T, newStore NewStore) {
 			at     time.Time
 			expire bool
 		}{{end.Add(-time.Microsecond), false}, {end, false}, {end.Add(time.Microsecond), true}} {
-			recs, err := s.ExpiredLeases(ctx, tc.at, 1000)
+			recs, err := s.ExpiredLeases(ctx, &airlock.ExpiredLeasesParams{Now: tc.at, Limit: 1000})
 			must(t, err)
 			if containsKey(recs, listed) != tc.expire {
 				t.Fatalf("ExpiredLeases at lease_until%+v lists the lease: %v, want %v (a lease ends only after lease_until)", tc.at.Sub(end), !tc.expire, tc.expire)
@@ -87,7 +87,7 @@ func runLeases(t *testing.T, newStore NewStore) {
 			must(t, err)
 		}
 		must(t, s.Heartbeat(ctx, &airlock.HeartbeatParams{Key: renewed, Owner: "holder", LeaseUntil: now.Add(time.Hour)}))
-		recs, err := s.ExpiredLeases(ctx, now, 1000)
+		recs, err := s.ExpiredLeases(ctx, &airlock.ExpiredLeasesParams{Now: now, Limit: 1000})
 		must(t, err)
 		for _, key := range []string{fresh, renewed} {
 			if containsKey(recs, key) {
@@ -107,7 +107,7 @@ func runLeases(t *testing.T, newStore NewStore) {
 				t.Fatalf("%s: a live claim changed: %+v", key, rec)
 			}
 		}
-		if n, err := s.Purge(ctx, now, 1000); err != nil || n != 0 {
+		if n, err := s.Purge(ctx, &airlock.PurgeParams{Now: now, Limit: 1000}); err != nil || n != 0 {
 			t.Fatalf("purge took %d running records (%v)", n, err)
 		}
 	})
@@ -121,7 +121,7 @@ func runLeases(t *testing.T, newStore NewStore) {
 			must(t, err)
 			must(t, s.Complete(ctx, &airlock.Completion{Key: key, Owner: "o", State: st, Result: json.RawMessage(`1`), Note: "n", Now: now}))
 		}
-		n, err := s.Purge(ctx, now.Add(30*24*time.Hour), 1000)
+		n, err := s.Purge(ctx, &airlock.PurgeParams{Now: now.Add(30 * 24 * time.Hour), Limit: 1000})
 		must(t, err)
 		for key, st := range states {
 			_, err := s.Get(ctx, key)

@@ -253,7 +253,7 @@ func runStore(t *testing.T, newStore NewStore) {
 		if err := s.Heartbeat(ctx, &airlock.HeartbeatParams{Key: key, Owner: "o2", LeaseUntil: now.Add(time.Hour)}); !errors.Is(err, airlock.ErrLeaseLost) {
 			t.Fatalf("heartbeat by another owner: %v", err)
 		}
-		recs, err := s.ExpiredLeases(ctx, now.Add(time.Minute), 10)
+		recs, err := s.ExpiredLeases(ctx, &airlock.ExpiredLeasesParams{Now: now.Add(time.Minute), Limit: 10})
 		must(t, err)
 		for _, r := range recs {
 			if r.Key == key {
@@ -274,7 +274,7 @@ func runStore(t *testing.T, newStore NewStore) {
 			t.Fatal("a live lease was expired")
 		}
 		later := now.Add(time.Minute)
-		recs, err := s.ExpiredLeases(ctx, later, 1000)
+		recs, err := s.ExpiredLeases(ctx, &airlock.ExpiredLeasesParams{Now: later, Limit: 1000})
 		must(t, err)
 		if !containsKey(recs, key) {
 			t.Fatal("expired lease not listed")
@@ -350,7 +350,7 @@ func runStore(t *testing.T, newStore NewStore) {
 				t.Fatalf("%s: %s, want %s", key, got.State, want)
 			}
 		}
-		recs, err := s.ExpiredLeases(ctx, later.Add(time.Minute), 1000)
+		recs, err := s.ExpiredLeases(ctx, &airlock.ExpiredLeasesParams{Now: later.Add(time.Minute), Limit: 1000})
 		must(t, err)
 		if containsKey(recs, kept) {
 			t.Fatal("a completed record is listed as an expired lease")
@@ -506,7 +506,7 @@ func runStore(t *testing.T, newStore NewStore) {
 		for _, k := range []string{done, forever} {
 			must(t, s.Complete(ctx, &airlock.Completion{Key: k, Owner: "o", State: airlock.StateSucceeded, Result: json.RawMessage(`1`), Now: now}))
 		}
-		n, err := s.Purge(ctx, now.Add(2*time.Hour), 100)
+		n, err := s.Purge(ctx, &airlock.PurgeParams{Now: now.Add(2 * time.Hour), Limit: 100})
 		must(t, err)
 		if n != 1 {
 			t.Fatalf("purged %d, want 1", n)

@@ -151,7 +151,7 @@ func RunTasks(t *testing.T, newStore NewStore) {
 			_, _, err := s.CreateTask(ctx, tk)
 			must(t, err)
 		}
-		_, err := s.Purge(ctx, now, 1000)
+		_, err := s.Purge(ctx, &airlock.PurgeParams{Now: now, Limit: 1000})
 		must(t, err)
 		if _, err := s.GetTask(ctx, old.ID); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("an expired task is still there: %v", err)
