@@ -172,13 +172,14 @@ type AuditStore interface {
 	// SealAudit numbers and chains up to limit unsealed events, oldest
 	// first, continuing the chain; one sealer at a time across processes.
 	SealAudit(ctx context.Context, limit int) (int, error)
-	// AuditLog returns sealed events with Seq > after, in Seq order.
-	AuditLog(ctx context.Context, after int64, limit int) ([]*AuditEvent, error)
+	// AuditLog returns sealed events with Seq > p.After, in Seq order, up
+	// to p.Limit.
+	AuditLog(ctx context.Context, p *AuditLogParams) ([]*AuditEvent, error)
 	// UnsealedAudit counts events not sealed yet.
 	UnsealedAudit(ctx context.Context) (int, error)
-	// AuditSince returns events (sealed or not) at or after since, in the
-	// order they were written, up to limit.
-	AuditSince(ctx context.Context, since time.Time, limit int) ([]*AuditEvent, error)
+	// AuditSince returns events (sealed or not) at or after p.Since, in the
+	// order they were written, up to p.Limit.
+	AuditSince(ctx context.Context, p *AuditSinceParams) ([]*AuditEvent, error)
 	// AuditTrail returns the events (sealed or not) of a key, of a plan, or
 	// of either (both set: a plan's trail, its commit record's events
 	// included), with id > f.After in id order, up to f.Limit. An index
@@ -192,11 +193,31 @@ type AuditStore interface {
 	// ever sealed): what an operator records outside the database, so that
 	// a truncated or rewritten tail is found (audit verify --expect-head).
 	AuditHead(ctx context.Context) (AuditAnchor, error)
-	// PurgeAudit deletes sealed events with Seq <= through, oldest first, at
-	// most limit of them, and moves the anchor to the last one deleted, in
-	// one transaction; it returns how many it deleted. Unsealed events are
-	// never deleted.
-	PurgeAudit(ctx context.Context, through int64, limit int) (int, error)
+	// PurgeAudit deletes sealed events with Seq <= p.Through, oldest first,
+	// at most p.Limit of them, and moves the anchor to the last one deleted,
+	// in one transaction; it returns how many it deleted. Unsealed events
+	// are never deleted.
+	PurgeAudit(ctx context.Context, p *PurgeAuditParams) (int, error)
+}
+
+// AuditLogParams name the sealed events after the sequence number After, at most
+// Limit.
+type AuditLogParams struct {
+	After int64
+	Limit int
+}
+
+// AuditSinceParams name the events at or after Since, at most Limit.
+type AuditSinceParams struct {
+	Since time.Time
+	Limit int
+}
+
+// PurgeAuditParams name the sealed events through the sequence number Through, at
+// most Limit.
+type PurgeAuditParams struct {
+	Through int64
+	Limit   int
 }
 
 // AuditAnchor records the end of the purged prefix of the chain: the

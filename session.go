@@ -56,9 +56,9 @@ func (s *PageSession) Validate() error {
 type SessionStore interface {
 	// CreateSession stores a new session.
 	CreateSession(ctx context.Context, s *PageSession) error
-	// GetSession returns the session with id unless it has expired by now
-	// (ErrNotFound).
-	GetSession(ctx context.Context, id string, now time.Time) (*PageSession, error)
+	// GetSession returns the session with p.ID unless it has expired by
+	// p.Now (ErrNotFound).
+	GetSession(ctx context.Context, p *GetSessionParams) (*PageSession, error)
 	// DeleteSession removes a session (signing out); none is no error.
 	DeleteSession(ctx context.Context, id string) error
 	// SetSessionFlash sets (or, with "", clears) the message of the
@@ -76,4 +76,10 @@ type SessionStore interface {
 type SetSessionFlashParams struct {
 	ID    string
 	Flash string
+}
+
+// GetSessionParams name a session and the time its expiry is judged at.
+type GetSessionParams struct {
+	ID  string
+	Now time.Time
 }

@@ -120,7 +120,7 @@ func VerifyExpecting(ctx context.Context, s airlock.AuditStore, want Expect) (*R
 		headFound = true // the recorded head was purged since; the chain goes on from it
 	}
 	for {
-		events, err := s.AuditLog(ctx, c.prevSeq, page)
+		events, err := s.AuditLog(ctx, &airlock.AuditLogParams{After: c.prevSeq, Limit: page})
 		if err != nil {
 			return nil, err
 		}
@@ -191,7 +191,7 @@ func SeqAt(ctx context.Context, s airlock.AuditStore, t time.Time) (int64, error
 	if err != nil {
 		return 0, err
 	}
-	first, err := s.AuditLog(ctx, anchor.Seq, 1)
+	first, err := s.AuditLog(ctx, &airlock.AuditLogParams{After: anchor.Seq, Limit: 1})
 	if err != nil || len(first) == 0 {
 		return anchor.Seq + 1, err
 	}
@@ -202,7 +202,7 @@ func SeqAt(ctx context.Context, s airlock.AuditStore, t time.Time) (int64, error
 	// The last sealed event: grow the upper bound until past the end.
 	step := int64(page)
 	for {
-		ev, err := s.AuditLog(ctx, hi+step-1, 1)
+		ev, err := s.AuditLog(ctx, &airlock.AuditLogParams{After: hi + step - 1, Limit: 1})
 		if err != nil {
 			return 0, err
 		}
@@ -220,7 +220,7 @@ func SeqAt(ctx context.Context, s airlock.AuditStore, t time.Time) (int64, error
 	// Invariant: the event at lo is before t; the answer is in (lo, hi].
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		ev, err := s.AuditLog(ctx, mid-1, 1)
+		ev, err := s.AuditLog(ctx, &airlock.AuditLogParams{After: mid - 1, Limit: 1})
 		if err != nil {
 			return 0, err
 		}
@@ -290,7 +290,7 @@ func Export(ctx context.Context, s airlock.AuditStore, since, until time.Time, w
 	st := &ExportStats{}
 	after := rg.From - 1
 	for after+1 < rg.To {
-		events, err := s.AuditLog(ctx, after, page)
+		events, err := s.AuditLog(ctx, &airlock.AuditLogParams{After: after, Limit: page})
 		if err != nil {
 			return st, err
 		}
@@ -335,7 +335,7 @@ func Purge(ctx context.Context, s airlock.AuditStore, before time.Time, batch in
 	}
 	st := &PurgeStats{}
 	for {
-		n, err := s.PurgeAudit(ctx, through-1, batch)
+		n, err := s.PurgeAudit(ctx, &airlock.PurgeAuditParams{Through: through - 1, Limit: batch})
 		st.Events += n
 		if n > 0 {
 			st.Batches++

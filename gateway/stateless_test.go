@@ -50,11 +50,11 @@ func TestMCPStatelessRevision(t *testing.T) {
 		return airlock.Outcome{Kind: airlock.OutcomeSucceeded, Result: json.RawMessage(`{"noted":true}`)}
 	})
 	var store interface {
-		AuditSince(context.Context, time.Time, int) ([]*airlock.AuditEvent, error)
+		AuditSince(context.Context, *airlock.AuditSinceParams) ([]*airlock.AuditEvent, error)
 	}
 	g := frontGatewayWith(t, testManifest, funcs, func(c *gateway.Config) {
 		store = c.Store.(interface {
-			AuditSince(context.Context, time.Time, int) ([]*airlock.AuditEvent, error)
+			AuditSince(context.Context, *airlock.AuditSinceParams) ([]*airlock.AuditEvent, error)
 		})
 	})
 	srv := httptest.NewServer(g.Handler())
@@ -111,7 +111,7 @@ func TestMCPStatelessRevision(t *testing.T) {
 		t.Errorf("a call of a run named in the header: %v", sc)
 	}
 	runs := map[string]string{} // record → run
-	events, err := store.AuditSince(context.Background(), time.Time{}, 100)
+	events, err := store.AuditSince(context.Background(), &airlock.AuditSinceParams{Since: time.Time{}, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -291,7 +291,7 @@ func (u *UI) current(r *http.Request) (*airlock.PageSession, error) {
 	if err != nil || c.Value == "" {
 		return nil, nil
 	}
-	s, err := u.cfg.Store.GetSession(r.Context(), sessionKey(c.Value), u.cfg.Clock.Now())
+	s, err := u.cfg.Store.GetSession(r.Context(), &airlock.GetSessionParams{ID: sessionKey(c.Value), Now: u.cfg.Clock.Now()})
 	if errors.Is(err, airlock.ErrNotFound) {
 		return nil, nil
 	}

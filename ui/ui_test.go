@@ -180,7 +180,7 @@ func TestSessionPurgerDeletesExpiredSessionsByThePageClock(t *testing.T) {
 		t.Fatalf("two minutes in, the statements purged %d and %d sessions; want 1000 then 500", a, b)
 	}
 	for i, want := range map[int]error{0: airlock.ErrNotFound, 1499: airlock.ErrNotFound, 1500: nil, 1502: nil} {
-		if _, err := s.GetSession(ctx, fmt.Sprintf("%064x", i), start); !errors.Is(err, want) {
+		if _, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: fmt.Sprintf("%064x", i), Now: start}); !errors.Is(err, want) {
 			t.Errorf("session %d after the purge: %v, want %v", i, err, want)
 		}
 	}

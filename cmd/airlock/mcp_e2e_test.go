@@ -133,7 +133,7 @@ func TestE2EMCPAloneRunsTheBackgroundLoops(t *testing.T) {
 				n, err := st.UnsealedAudit(ctx)
 				return err == nil && n == 0
 			})
-			events, err := st.AuditLog(ctx, 0, 1000)
+			events, err := st.AuditLog(ctx, &airlock.AuditLogParams{After: 0, Limit: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}

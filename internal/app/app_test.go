@@ -181,7 +181,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func (b *bundle) settledBy(t *testing.T, key string) string {
 	t.Helper()
-	events, err := b.app.Store.AuditSince(context.Background(), time.Now().Add(-time.Hour), 10000)
+	events, err := b.app.Store.AuditSince(context.Background(), &airlock.AuditSinceParams{Since: time.Now().Add(-time.Hour), Limit: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func TestOneClockForTheWholeApp(t *testing.T) {
 		anchor, err := b.app.Store.AuditAnchor(ctx)
 		return err == nil && anchor.Purged == 1
 	})
-	events, err := b.app.Store.AuditSince(ctx, at.Add(-time.Hour), 100)
+	events, err := b.app.Store.AuditSince(ctx, &airlock.AuditSinceParams{Since: at.Add(-time.Hour), Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func TestIssuedTokenNamesTheActorOverMCP(t *testing.T) {
 	if _, err := audit.SealPending(ctx, a.Store); err != nil {
 		t.Fatal(err)
 	}
-	events, err := a.Store.AuditLog(ctx, 0, 100)
+	events, err := a.Store.AuditLog(ctx, &airlock.AuditLogParams{After: 0, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

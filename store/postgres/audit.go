@@ -249,7 +249,8 @@ func (s *Store) AuditAnchor(ctx context.Context) (airlock.AuditAnchor, error) {
 
 // PurgeAudit implements airlock.AuditStore. It takes the sealers' lock, so
 // a sealer never continues a chain whose end is being deleted.
-func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, error) {
+func (s *Store) PurgeAudit(ctx context.Context, p *airlock.PurgeAuditParams) (int, error) {
+	through, limit := p.Through, p.Limit
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, auditLock); err != nil {
@@ -310,7 +311,8 @@ func (s *Store) PurgeFigures(ctx context.Context, p *airlock.PurgeFiguresParams)
 }
 
 // AuditLog implements airlock.AuditStore.
-func (s *Store) AuditLog(ctx context.Context, after int64, limit int) ([]*airlock.AuditEvent, error) {
+func (s *Store) AuditLog(ctx context.Context, p *airlock.AuditLogParams) ([]*airlock.AuditEvent, error) {
+	after, limit := p.After, p.Limit
 	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq > $1 ORDER BY seq LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, err
@@ -326,7 +328,8 @@ func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
 }
 
 // AuditSince implements airlock.AuditStore.
-func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error) {
+func (s *Store) AuditSince(ctx context.Context, p *airlock.AuditSinceParams) ([]*airlock.AuditEvent, error) {
+	since, limit := p.Since, p.Limit
 	first, err := s.firstAuditIDAt(ctx, since)
 	if err != nil {
 		return nil, err

@@ -20,7 +20,8 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 }
 
 // GetSession implements airlock.SessionStore.
-func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airlock.PageSession, error) {
+func (s *Store) GetSession(ctx context.Context, p *airlock.GetSessionParams) (*airlock.PageSession, error) {
+	id, now := p.ID, p.Now
 	var ps airlock.PageSession
 	var groups string
 	err := s.pool.QueryRow(ctx, `SELECT id, name, role, subject, csrf, flash, created_at, expires_at, groups, credential, renew_at

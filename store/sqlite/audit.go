@@ -199,7 +199,8 @@ func (s *Store) AuditAnchor(ctx context.Context) (airlock.AuditAnchor, error) {
 
 // PurgeAudit implements airlock.AuditStore. The writer's transaction is
 // exclusive, so the sealer never sees the chain half purged.
-func (s *Store) PurgeAudit(ctx context.Context, through int64, limit int) (int, error) {
+func (s *Store) PurgeAudit(ctx context.Context, p *airlock.PurgeAuditParams) (int, error) {
+	through, limit := p.Through, p.Limit
 	var n int
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
 		var last struct {
@@ -354,7 +355,8 @@ func (s *Store) Figures(ctx context.Context, p *airlock.FiguresParams) (*airlock
 }
 
 // AuditLog implements airlock.AuditStore.
-func (s *Store) AuditLog(ctx context.Context, after int64, limit int) ([]*airlock.AuditEvent, error) {
+func (s *Store) AuditLog(ctx context.Context, p *airlock.AuditLogParams) ([]*airlock.AuditEvent, error) {
+	after, limit := p.After, p.Limit
 	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM airlock_audit WHERE seq > ? ORDER BY seq LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, err
@@ -370,7 +372,8 @@ func (s *Store) UnsealedAudit(ctx context.Context) (int, error) {
 }
 
 // AuditSince implements airlock.AuditStore.
-func (s *Store) AuditSince(ctx context.Context, since time.Time, limit int) ([]*airlock.AuditEvent, error) {
+func (s *Store) AuditSince(ctx context.Context, p *airlock.AuditSinceParams) ([]*airlock.AuditEvent, error) {
+	since, limit := p.Since, p.Limit
 	// Events are written in time order give or take a batch, so the first
 	// event of the period is found by a binary search over ids.
 	first, err := s.firstAuditIDAt(ctx, since)

@@ -23,7 +23,8 @@ func (s *Store) CreateSession(ctx context.Context, ps *airlock.PageSession) erro
 }
 
 // GetSession implements airlock.SessionStore.
-func (s *Store) GetSession(ctx context.Context, id string, now time.Time) (*airlock.PageSession, error) {
+func (s *Store) GetSession(ctx context.Context, p *airlock.GetSessionParams) (*airlock.PageSession, error) {
+	id, now := p.ID, p.Now
 	var ps airlock.PageSession
 	var created, expires, renew int64
 	var groups string

@@ -292,7 +292,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 				break
 			}
 		}
-		events, err := s.AuditLog(context.Background(), 0, 10*calls)
+		events, err := s.AuditLog(context.Background(), &airlock.AuditLogParams{After: 0, Limit: 10 * calls})
 		must(t, err)
 		seen := map[string]int{}
 		for _, e := range events {
@@ -349,7 +349,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		if n := g.AuditDropped(); n != 0 {
 			t.Fatalf("%d events lost", n)
 		}
-		events, err := s.AuditSince(context.Background(), time.Now().Add(-time.Hour), 100*callers*repeatsEach)
+		events, err := s.AuditSince(context.Background(), &airlock.AuditSinceParams{Since: time.Now().Add(-time.Hour), Limit: 100 * callers * repeatsEach})
 		must(t, err)
 		served := 0
 		for _, e := range events {
@@ -399,7 +399,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		if n := g.AuditDropped(); n != 0 {
 			t.Fatalf("%d events lost", n)
 		}
-		events, err := s.AuditSince(context.Background(), time.Now().Add(-time.Hour), 10000)
+		events, err := s.AuditSince(context.Background(), &airlock.AuditSinceParams{Since: time.Now().Add(-time.Hour), Limit: 10000})
 		must(t, err)
 		served := 0
 		for _, e := range events {
@@ -435,7 +435,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 				break
 			}
 		}
-		events, err := s.AuditLog(context.Background(), 0, 100)
+		events, err := s.AuditLog(context.Background(), &airlock.AuditLogParams{After: 0, Limit: 100})
 		must(t, err)
 		var kinds []string
 		for _, e := range events {
@@ -453,9 +453,9 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		if fmt.Sprint(kinds) != "[claimed completed repeat_served]" {
 			t.Fatalf("events %v, want [claimed completed repeat_served]", kinds)
 		}
-		recent, err := s.AuditSince(context.Background(), time.Now().Add(-time.Minute), 100)
+		recent, err := s.AuditSince(context.Background(), &airlock.AuditSinceParams{Since: time.Now().Add(-time.Minute), Limit: 100})
 		must(t, err)
-		old, err := s.AuditSince(context.Background(), time.Now().Add(time.Minute), 100)
+		old, err := s.AuditSince(context.Background(), &airlock.AuditSinceParams{Since: time.Now().Add(time.Minute), Limit: 100})
 		must(t, err)
 		if len(recent) < 3 || len(old) != 0 {
 			t.Fatalf("AuditSince: %d events in the last minute, %d in the future", len(recent), len(old))
@@ -501,7 +501,7 @@ func RunAuditEvents(t *testing.T, newStore NewStore) {
 		g.Close()
 		_, err = s.SealAudit(context.Background(), 100)
 		must(t, err)
-		events, err := s.AuditLog(context.Background(), 0, 100)
+		events, err := s.AuditLog(context.Background(), &airlock.AuditLogParams{After: 0, Limit: 100})
 		must(t, err)
 		var done []*airlock.AuditEvent
 		for _, e := range events {

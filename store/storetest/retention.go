@@ -152,7 +152,7 @@ func RunRetention(t *testing.T, newStore NewStore, exec Exec) {
 		if r.Anchor.Seq != 72 || r.Anchor.Purged != 72 {
 			t.Fatalf("anchor after purging all: %+v", r.Anchor)
 		}
-		events, err := s.AuditLog(ctx, 0, 10)
+		events, err := s.AuditLog(ctx, &airlock.AuditLogParams{After: 0, Limit: 10})
 		must(t, err)
 		if len(events) != 4 || events[0].Seq != 73 {
 			t.Fatalf("the chain did not continue from the anchor: %d events, first %+v", len(events), events[0])

@@ -26,7 +26,7 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		ps := &airlock.PageSession{ID: sessionID("a"), Name: "oidc:ana@example.com", Role: airlock.RoleApprover, Subject: "https://idp|123",
 			Groups: []string{"payments", "finance"}, CSRF: "c1", CreatedAt: now, RenewAt: now.Add(10 * time.Minute), ExpiresAt: now.Add(time.Hour)}
 		must(t, s.CreateSession(ctx, ps))
-		got, err := s.GetSession(ctx, ps.ID, now)
+		got, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: ps.ID, Now: now})
 		must(t, err)
 		if !reflect.DeepEqual(got, ps) {
 			t.Fatalf("got %+v, want %+v", got, ps)
@@ -34,16 +34,16 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		tok := &airlock.PageSession{ID: sessionID("t"), Name: "alice", Role: airlock.RoleAdmin, Credential: "0f3a", CSRF: "c2",
 			CreatedAt: now, RenewAt: now.Add(time.Hour), ExpiresAt: now.Add(time.Hour)}
 		must(t, s.CreateSession(ctx, tok))
-		if got, err := s.GetSession(ctx, tok.ID, now); err != nil || !reflect.DeepEqual(got, tok) {
+		if got, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: tok.ID, Now: now}); err != nil || !reflect.DeepEqual(got, tok) {
 			t.Fatalf("a token's session: got %+v %v, want %+v", got, err, tok)
 		}
 		must(t, s.SetSessionFlash(ctx, &airlock.SetSessionFlashParams{ID: ps.ID, Flash: "Approved."}))
-		if got, err := s.GetSession(ctx, ps.ID, now); err != nil || got.Flash != "Approved." {
+		if got, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: ps.ID, Now: now}); err != nil || got.Flash != "Approved." {
 			t.Fatalf("flash: %+v %v", got, err)
 		}
 		must(t, s.SetSessionFlash(ctx, &airlock.SetSessionFlashParams{ID: ps.ID}))
 		must(t, s.DeleteSession(ctx, ps.ID))
-		if _, err := s.GetSession(ctx, ps.ID, now); !errors.Is(err, airlock.ErrNotFound) {
+		if _, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: ps.ID, Now: now}); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("after delete: %v", err)
 		}
 		must(t, s.DeleteSession(ctx, ps.ID)) // twice is no error
@@ -56,10 +56,10 @@ func RunSessions(t *testing.T, newStore NewStore) {
 			must(t, s.CreateSession(ctx, &airlock.PageSession{ID: sessionID(fmt.Sprint("e", i)), Name: "n", Role: airlock.RoleAdmin, Credential: "0f3a",
 				CSRF: "c", CreatedAt: now.Add(-2 * time.Hour), RenewAt: expires, ExpiresAt: expires}))
 		}
-		if _, err := s.GetSession(ctx, sessionID("e0"), now); !errors.Is(err, airlock.ErrNotFound) {
+		if _, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: sessionID("e0"), Now: now}); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("an expired session: %v", err)
 		}
-		if _, err := s.GetSession(ctx, sessionID("e1"), now); !errors.Is(err, airlock.ErrNotFound) {
+		if _, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: sessionID("e1"), Now: now}); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("a session expiring now: %v", err)
 		}
 		n, err := s.PurgeSessions(ctx, now, 100)
@@ -67,7 +67,7 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		if n != 2 {
 			t.Fatalf("purged %d, want 2", n)
 		}
-		if _, err := s.GetSession(ctx, sessionID("e2"), now); err != nil {
+		if _, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: sessionID("e2"), Now: now}); err != nil {
 			t.Fatalf("the live session: %v", err)
 		}
 	})
@@ -98,7 +98,7 @@ func RunSessions(t *testing.T, newStore NewStore) {
 				t.Errorf("%s: %v", tc.field, err)
 			}
 		}
-		if _, err := s.GetSession(ctx, good.ID, now); !errors.Is(err, airlock.ErrNotFound) {
+		if _, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: good.ID, Now: now}); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("a refused session was stored: %v", err)
 		}
 	})

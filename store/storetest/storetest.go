@@ -110,7 +110,7 @@ func runStore(t *testing.T, newStore NewStore) {
 			}()
 		}
 		wg.Wait()
-		events, err := s.AuditSince(ctx, now.Add(-time.Second), 1000)
+		events, err := s.AuditSince(ctx, &airlock.AuditSinceParams{Since: now.Add(-time.Second), Limit: 1000})
 		must(t, err)
 		actors := map[string]string{}
 		for _, e := range events {
@@ -227,7 +227,7 @@ func runStore(t *testing.T, newStore NewStore) {
 		}
 		// Its audit event is at the caller's time, on both drivers (the
 		// database's clock, or the process's, is not the guard's).
-		events, err := s.AuditSince(ctx, now.Add(-time.Second), 1000)
+		events, err := s.AuditSince(ctx, &airlock.AuditSinceParams{Since: now.Add(-time.Second), Limit: 1000})
 		must(t, err)
 		found := false
 		for _, e := range events {
