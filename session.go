@@ -64,8 +64,8 @@ type SessionStore interface {
 	// SetSessionFlash sets (or, with "", clears) the message of the
 	// session's next page.
 	SetSessionFlash(ctx context.Context, p *SetSessionFlashParams) error
-	// PurgeSessions deletes up to limit sessions expired by now.
-	PurgeSessions(ctx context.Context, now time.Time, limit int) (int, error)
+	// PurgeSessions deletes up to p.Limit sessions expired by p.Now.
+	PurgeSessions(ctx context.Context, p *PurgeSessionsParams) (int, error)
 	// Secret returns the secret stored under name, storing fresh first
 	// when there is none: the first replica's value wins, and every
 	// replica gets the same one.
@@ -82,4 +82,10 @@ type SetSessionFlashParams struct {
 type GetSessionParams struct {
 	ID  string
 	Now time.Time
+}
+
+// PurgeSessionsParams name the sessions expired by Now, at most Limit.
+type PurgeSessionsParams struct {
+	Now   time.Time
+	Limit int
 }

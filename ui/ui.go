@@ -1037,7 +1037,7 @@ const purgeBatch = 1000
 func (u *UI) SessionPurger(every time.Duration) *maintenance.Service {
 	return maintenance.New(func(ctx context.Context) {
 		for {
-			n, err := u.cfg.Store.PurgeSessions(ctx, u.cfg.Clock.Now(), purgeBatch)
+			n, err := u.cfg.Store.PurgeSessions(ctx, &airlock.PurgeSessionsParams{Now: u.cfg.Clock.Now(), Limit: purgeBatch})
 			if err != nil {
 				if ctx.Err() == nil {
 					u.log.Warn("airlock ui: purging expired sessions", "err", err)

@@ -119,8 +119,8 @@ type purgeCounter struct {
 	purged chan int
 }
 
-func (p purgeCounter) PurgeSessions(ctx context.Context, now time.Time, limit int) (int, error) {
-	n, err := p.Store.PurgeSessions(ctx, now, limit)
+func (p purgeCounter) PurgeSessions(ctx context.Context, params *airlock.PurgeSessionsParams) (int, error) {
+	n, err := p.Store.PurgeSessions(ctx, params)
 	if err == nil {
 		p.purged <- n
 	}

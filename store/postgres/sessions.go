@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/store/rules"
@@ -55,7 +54,8 @@ func (s *Store) SetSessionFlash(ctx context.Context, p *airlock.SetSessionFlashP
 }
 
 // PurgeSessions implements airlock.SessionStore.
-func (s *Store) PurgeSessions(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) PurgeSessions(ctx context.Context, p *airlock.PurgeSessionsParams) (int, error) {
+	now, limit := p.Now, p.Limit
 	tag, err := s.pool.Exec(ctx, `DELETE FROM airlock_sessions WHERE id IN (
 		SELECT id FROM airlock_sessions WHERE expires_at <= $1 LIMIT $2)`, now, limit)
 	if err != nil {

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"time"
 
 	"github.com/airlockhq/airlock"
 	"github.com/airlockhq/airlock/store/rules"
@@ -63,7 +62,8 @@ func (s *Store) SetSessionFlash(ctx context.Context, p *airlock.SetSessionFlashP
 }
 
 // PurgeSessions implements airlock.SessionStore.
-func (s *Store) PurgeSessions(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) PurgeSessions(ctx context.Context, p *airlock.PurgeSessionsParams) (int, error) {
+	now, limit := p.Now, p.Limit
 	var n int64
 	err := s.do(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM airlock_sessions WHERE id IN (

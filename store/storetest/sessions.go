@@ -62,7 +62,7 @@ func RunSessions(t *testing.T, newStore NewStore) {
 		if _, err := s.GetSession(ctx, &airlock.GetSessionParams{ID: sessionID("e1"), Now: now}); !errors.Is(err, airlock.ErrNotFound) {
 			t.Fatalf("a session expiring now: %v", err)
 		}
-		n, err := s.PurgeSessions(ctx, now, 100)
+		n, err := s.PurgeSessions(ctx, &airlock.PurgeSessionsParams{Now: now, Limit: 100})
 		must(t, err)
 		if n != 2 {
 			t.Fatalf("purged %d, want 2", n)
