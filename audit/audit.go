@@ -20,6 +20,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/airlockhq/airlock"
@@ -436,9 +438,7 @@ func NewRetention(s RetentionStore, cfg Retention) *maintenance.Service {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Minute
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
+	cfg.Clock = clocks.Or(cfg.Clock)
 	return maintenance.New(func(ctx context.Context) {
 		events, rows, err := RetentionPass(ctx, s, cfg.Clock.Now(), cfg)
 		if cfg.Purged != nil && (events > 0 || rows > 0) {

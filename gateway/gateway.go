@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jonboulle/clockwork"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -193,9 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 		tokens: cfg.Tokens, issued: cfg.Issued, maxBody: cfg.MaxBody, log: cfg.Logger, run: cfg.DefaultRunID, plans: cfg.Plans,
 		metrics: cfg.Metrics, gather: cfg.Gatherer, ui: cfg.UI, tracer: cfg.Tracer, clock: cfg.Clock,
 	}
-	if g.clock == nil {
-		g.clock = clockwork.NewRealClock()
-	}
+	g.clock = clocks.Or(g.clock)
 	if g.maxBody <= 0 {
 		g.maxBody = DefaultMaxBody
 	}

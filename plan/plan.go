@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/airlockhq/airlock"
@@ -93,9 +95,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, &airlock.ValidationError{Problems: problems}
 	}
 	s := &Service{cfg: cfg, policies: policies, clock: cfg.Clock, log: cfg.Logger, webhook: &http.Client{}}
-	if s.clock == nil {
-		s.clock = clockwork.NewRealClock()
-	}
+	s.clock = clocks.Or(s.clock)
 	if s.log == nil {
 		s.log = slog.Default()
 	}

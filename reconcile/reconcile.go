@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/airlockhq/airlock"
@@ -68,9 +70,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if len(problems) > 0 {
 		return nil, &airlock.ValidationError{Problems: problems}
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
+	cfg.Clock = clocks.Or(cfg.Clock)
 	return &Reconciler{m: cfg.Catalog, callers: cfg.Callers, rules: rules, clock: cfg.Clock, last: map[string]Observation{}}, nil
 }
 

@@ -34,6 +34,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/airlockhq/airlock"
@@ -171,9 +173,7 @@ func New(cfg Config) (*UI, error) {
 	if cfg.Throttle == nil {
 		cfg.Throttle = noThrottle{}
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
+	cfg.Clock = clocks.Or(cfg.Clock)
 	u := &UI{cfg: cfg, tmpl: map[string]*template.Template{}, log: cfg.Logger}
 	if u.log == nil {
 		u.log = slog.Default()

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/clocks"
+
 	"github.com/jonboulle/clockwork"
 )
 
@@ -41,9 +43,7 @@ type Service struct {
 
 // New makes a service of pass; it runs nothing until Start.
 func New(pass func(context.Context), cfg Config) *Service {
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
+	cfg.Clock = clocks.Or(cfg.Clock)
 	if cfg.Interval <= 0 {
 		panic("maintenance: Config.Interval is required")
 	}

@@ -340,23 +340,16 @@ func (r *progressRelay) drain(ctx context.Context) { drainQuiet(ctx, &r.last) }
 func drainQuiet(ctx context.Context, last *atomic.Int64) {
 	start := time.Now()
 	deadline := start.Add(progressGrace)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
 	for {
-		quietAt := time.Unix(0, max(start.UnixNano(), last.Load())).Add(progressQuiet)
-		if !quietAt.Before(deadline) {
-			quietAt = deadline
-		}
+		quietAt := time.Unix(0, min(max(start.UnixNano(), last.Load())+int64(progressQuiet), deadline.UnixNano()))
 		wait := time.Until(quietAt)
 		if wait <= 0 {
 			return
 		}
-		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-time.After(wait):
 		}
 	}
 }
